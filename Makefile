@@ -1,0 +1,52 @@
+# The two commands: `make nightly` and `make test`. Both set up everything on first use:
+# a pinned uv in .tools/, then the environment from uv.lock in .venv/ (reused afterwards).
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+UV := .tools/bin/uv
+VENV := .venv
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+export RAG_EVAL_TIMEZONE ?= UTC
+UI_PORT ?= 3000
+
+.PHONY: install nightly test lint format ui validate bench clean
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --all-groups --quiet
+	touch $@
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
+
+install: $(VENV)/.synced $(DAGSTER_HOME)/dagster.yaml
+
+nightly: install
+	$(VENV)/bin/rag-eval nightly $(if $(PARTITION),--partition $(PARTITION))
+
+test: install
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+validate: install
+	$(VENV)/bin/dagster definitions validate -w workspace.yaml
+
+ui: install
+	$(VENV)/bin/dagster-webserver -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+
+bench: install
+	$(VENV)/bin/python bench/bench_nightly.py
+
+clean:
+	rm -rf warehouse $(DAGSTER_HOME)

@@ -1,0 +1,54 @@
+"""The code location: assembles assets, checks, jobs, schedules, sensors and resources."""
+
+import dagster as dg
+
+from rag_eval_pipeline.defs.corpus_snapshot import corpus_snapshot
+from rag_eval_pipeline.defs.generation_run import generation_run
+from rag_eval_pipeline.defs.golden_set import golden_set
+from rag_eval_pipeline.defs.judge_sample import judge_sample
+from rag_eval_pipeline.defs.metric_tables import (
+    eval_summary,
+    generation_metrics,
+    judge_calibration,
+    retrieval_metrics,
+)
+from rag_eval_pipeline.defs.resources import (
+    DeterministicJudgeResource,
+    EvalSettings,
+    ReferenceSystemResource,
+    WarehouseResource,
+)
+from rag_eval_pipeline.defs.retrieval_run import retrieval_run
+from rag_eval_pipeline.defs.schedules import nightly_eval, nightly_eval_schedule
+
+ASSETS = [
+    corpus_snapshot,
+    golden_set,
+    retrieval_run,
+    generation_run,
+    judge_sample,
+    retrieval_metrics,
+    generation_metrics,
+    judge_calibration,
+    eval_summary,
+]
+
+
+def default_resources() -> dict:
+    """The offline defaults: bundled inputs, the reference system, the deterministic judge."""
+    return {
+        "settings": EvalSettings(),
+        "system": ReferenceSystemResource(),
+        "judge": DeterministicJudgeResource(),
+        "warehouse_db": WarehouseResource(
+            path=dg.EnvVar("RAG_EVAL_WAREHOUSE").get_value("warehouse/rag_eval.duckdb")
+        ),
+    }
+
+
+defs = dg.Definitions(
+    assets=ASSETS,
+    jobs=[nightly_eval],
+    schedules=[nightly_eval_schedule],
+    resources=default_resources(),
+)

@@ -1,0 +1,123 @@
+"""The judge sample asset: claims of sampled answers, judged against the context sent."""
+
+import dagster as dg
+import polars as pl
+
+from rag_eval_pipeline.defs.metadata import TEAM, table_metadata
+from rag_eval_pipeline.defs.partitions import nightly_partitions
+from rag_eval_pipeline.defs.resources import (
+    DeterministicJudgeResource,
+    EvalSettings,
+    WarehouseResource,
+)
+from rag_eval_pipeline.lib import warehouse
+from rag_eval_pipeline.lib.judge import ENTAILED
+from rag_eval_pipeline.lib.sampling import stratified_sample
+
+VERDICT_SCHEMA = {
+    "eval_run_id": pl.String,
+    "item_id": pl.String,
+    "source": pl.String,
+    "claim_index": pl.Int32,
+    "claim": pl.String,
+    "cited_ids": pl.List(pl.String),
+    "verdict": pl.String,
+    "passage_id": pl.String,
+    "citation_supported": pl.Boolean,
+    "judge_id": pl.String,
+    "replayed": pl.Boolean,
+}
+
+
+def judge_traces(
+    judge, traces: pl.DataFrame, texts: dict[str, str], run_id: str, source: str
+) -> list[dict]:
+    """Verdict rows for every claim of every trace (``item_id, answer, context_ids``).
+
+    Each claim is judged against the exact context sent; a claim that carries citations is
+    also judged against its cited passages alone, which gives citation support.
+    """
+    rows = []
+    for trace in traces.iter_rows(named=True):
+        context = [(pid, texts[pid]) for pid in trace["context_ids"] if pid in texts]
+        for index, claim in enumerate(judge.claims(trace["answer"]), start=1):
+            verdict = judge.verdict(claim.text, context)
+            supported = None
+            if claim.cited_ids:
+                cited = [(pid, texts[pid]) for pid in claim.cited_ids if pid in texts]
+                supported = bool(cited) and judge.verdict(claim.text, cited).verdict == ENTAILED
+            rows.append(
+                {
+                    "eval_run_id": run_id,
+                    "item_id": trace["item_id"],
+                    "source": source,
+                    "claim_index": index,
+                    "claim": claim.text,
+                    "cited_ids": list(claim.cited_ids),
+                    "verdict": verdict.verdict,
+                    "passage_id": verdict.passage_id,
+                    "citation_supported": supported,
+                    "judge_id": judge.judge_id,
+                    "replayed": verdict.replayed,
+                }
+            )
+    return rows
+
+
+@dg.asset(
+    partitions_def=nightly_partitions,
+    group_name="judging",
+    owners=[TEAM],
+    kinds={"duckdb"},
+    code_version="judge-sample-v1",
+)
+def judge_sample(
+    context: dg.AssetExecutionContext,
+    generation_run: dict,
+    settings: EvalSettings,
+    judge: DeterministicJudgeResource,
+    warehouse_db: WarehouseResource,
+):
+    """A seeded sample of tonight's answered traces, stratified by stratum, split into claims
+    (qualifiers kept) and judged ENTAILED / CONTRADICTED / UNSUPPORTED against the context sent,
+    with the passage that supports or contradicts each claim. Written to ``judge_verdicts``."""
+    run_id = generation_run["eval_run_id"]
+    the_judge = judge.build()
+    with warehouse_db.connect() as connection:
+        answered = warehouse.read_frame(
+            connection,
+            "SELECT g.item_id, g.answer, g.context_ids, i.stratum "
+            "FROM generation_results g JOIN golden_items i "
+            "ON i.item_id = g.item_id AND i.golden_digest = $golden "
+            "WHERE g.eval_run_id = $run AND NOT g.refused ORDER BY g.item_id",
+            {"run": run_id, "golden": generation_run["golden_digest"]},
+        )
+        sample = stratified_sample(
+            answered, settings.judge_sample_size, by="stratum", seed=settings.seed
+        )
+        passages = warehouse.read_frame(
+            connection,
+            "SELECT passage_id, text FROM corpus_passages WHERE corpus_digest = $digest",
+            {"digest": generation_run["corpus_digest"]},
+        )
+        texts = dict(zip(passages["passage_id"], passages["text"], strict=True))
+        verdicts = pl.DataFrame(
+            judge_traces(the_judge, sample, texts, run_id, "golden"), schema=VERDICT_SCHEMA
+        )
+        warehouse.replace_rows(connection, "judge_verdicts", verdicts, {"eval_run_id": run_id})
+    counts = {
+        row["verdict"]: row["len"]
+        for row in verdicts.group_by("verdict").len().iter_rows(named=True)
+    }
+    return dg.Output(
+        generation_run,
+        metadata={
+            **table_metadata(verdicts, "judge_verdicts"),
+            "eval_run_id": run_id,
+            "judge_id": the_judge.judge_id,
+            "sampled_items": sample.height,
+            "answered_items": answered.height,
+            "verdicts": dg.MetadataValue.json(counts),
+            "corpus_digest": generation_run["corpus_digest"],
+        },
+    )

@@ -1,0 +1,24 @@
+"""Metadata every table-writing asset attaches: row count, column schema, scope and lineage."""
+
+import dagster as dg
+import polars as pl
+
+TEAM = "team:evaluation"
+
+
+def table_metadata(frame: pl.DataFrame, table: str) -> dict:
+    """``dagster/row_count``, ``dagster/column_schema`` and the warehouse table name."""
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()]
+    )
+    return {
+        "dagster/row_count": dg.MetadataValue.int(frame.height),
+        "dagster/column_schema": schema,
+        "dagster/table_name": f"rag_eval.main.{table}",
+        "warehouse_table": dg.MetadataValue.text(table),
+    }
+
+
+def run_link(dagster_run_id: str) -> dg.MetadataValue:
+    """A link from an evaluation run to its Dagster run page in the UI."""
+    return dg.MetadataValue.url(f"/runs/{dagster_run_id}")

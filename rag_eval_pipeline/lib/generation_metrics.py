@@ -1,0 +1,403 @@
+"""Generation measures: per-item outcomes, then rates with intervals per scope.
+
+Per item (``item_outcomes``):
+- ``correct``: on an answerable item, answered and every ``must_mention`` string present
+  (case-insensitive); when an item has no ``must_mention``, answered with SQuAD token F1 >= 0.5
+  against a reference answer. On a no-answer item, correct means refused.
+- ``exact_match`` / ``token_f1``: the official SQuAD 2.0 definitions (lowercase, punctuation and
+  the articles a/an/the removed, whitespace collapsed; the maximum over reference answers; a
+  no-answer item scores 1 only for an empty prediction). A refusal predicts the empty string;
+  citation markers are removed before scoring.
+- ``context_sufficient``: a gold passage at or above the relevance level was in the context sent.
+- ``confident_wrong``: answered and not correct.
+
+Rates (``summarise``), each with ``n`` (its denominator) and an interval:
+- ``faithfulness``: mean over judged answered items of ENTAILED claims / all claims (Ragas'
+  definition, claims judged against the context sent); bootstrap interval.
+- ``contradicted_claim_rate`` / ``unsupported_claim_rate``: CONTRADICTED (intrinsic) or
+  UNSUPPORTED (extrinsic) claims / all judged claims; Wilson.
+- ``citation_validity``: answered items whose cited ids are all in the context sent / answered.
+- ``citation_support``: citations whose passage entails the claim they are attached to / citations.
+- ``answer_relevance``: answered items judged relevant / answered items that have a judgement.
+- ``answer_correct_rate`` and ``exact_match`` / ``token_f1`` means over the items in scope.
+- ``confident_wrong_rate``: answered and incorrect / items in scope.
+- ``false_refusal_rate``: answerable refused / answerable.
+- ``correct_refusal_rate``: no-answer refused / no-answer; ``refusal_precision``: refusals on
+  no-answer items / all refusals. The no-answer strata are reported apart, never in the headline.
+"""
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from rag_eval_pipeline.lib.golden import NO_ANSWER_STRATA
+from rag_eval_pipeline.lib.statistics import bootstrap_mean_interval, wilson_interval
+
+CITATION_MARK = re.compile(r"\s*\[[^\[\]\s]+\]")
+ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+PUNCTUATION = set(string.punctuation)
+
+OUTCOME_SCHEMA = {
+    "item_id": pl.String,
+    "stratum": pl.String,
+    "language": pl.String,
+    "answerable": pl.Boolean,
+    "refused": pl.Boolean,
+    "correct": pl.Boolean,
+    "exact_match": pl.Float64,
+    "token_f1": pl.Float64,
+    "context_sufficient": pl.Boolean,
+    "confident_wrong": pl.Boolean,
+    "citation_valid": pl.Boolean,
+    "best_score": pl.Float64,
+}
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation and articles, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
+    return " ".join(ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, references: Sequence[str]) -> float:
+    """SQuAD exact match, maximum over references; no references means the no-answer case."""
+    references = [r for r in references if normalize_answer(r)] or [""]
+    return max(float(normalize_answer(prediction) == normalize_answer(r)) for r in references)
+
+
+def token_f1(prediction: str, references: Sequence[str]) -> float:
+    """SQuAD token F1, maximum over references; an empty side scores 1 only if both are empty."""
+    references = [r for r in references if normalize_answer(r)] or [""]
+    best = 0.0
+    predicted = normalize_answer(prediction).split()
+    for reference in references:
+        gold = normalize_answer(reference).split()
+        if not predicted or not gold:
+            best = max(best, float(predicted == gold))
+            continue
+        common = sum((Counter(predicted) & Counter(gold)).values())
+        if common == 0:
+            continue
+        precision, recall = common / len(predicted), common / len(gold)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def strip_citations(answer: str) -> str:
+    return CITATION_MARK.sub("", answer).strip()
+
+
+def item_outcomes(
+    items: pl.DataFrame,
+    responses: pl.DataFrame,
+    gold: pl.DataFrame,
+    *,
+    rel_level: int = 2,
+) -> pl.DataFrame:
+    """One row per item with the outcome columns of ``OUTCOME_SCHEMA``.
+
+    ``items``: golden items; ``responses``: ``item_id, refused, answer, context_ids,
+    citation_valid, best_score``; ``gold``: ``item_id, passage_id, grade``.
+    """
+    relevant = (
+        gold.filter(pl.col("grade") >= rel_level)
+        .group_by("item_id")
+        .agg(pl.col("passage_id").alias("relevant_ids"))
+    )
+    joined = items.join(responses, on="item_id", how="left").join(
+        relevant, on="item_id", how="left"
+    )
+    rows = []
+    for row in joined.iter_rows(named=True):
+        refused = bool(row["refused"]) if row["refused"] is not None else True
+        prediction = "" if refused else strip_citations(row["answer"] or "")
+        references = row["reference_answers"] if row["answerable"] else []
+        em = exact_match(prediction, references)
+        f1 = token_f1(prediction, references)
+        if row["answerable"]:
+            mentions = row["must_mention"] or []
+            lowered = prediction.lower()
+            if mentions:
+                correct = not refused and all(m.lower() in lowered for m in mentions)
+            else:
+                correct = not refused and f1 >= 0.5
+        else:
+            correct = refused
+        context = set(row["context_ids"] or [])
+        sufficient = bool(context & set(row["relevant_ids"] or []))
+        rows.append(
+            {
+                "item_id": row["item_id"],
+                "stratum": row["stratum"],
+                "language": row["language"],
+                "answerable": row["answerable"],
+                "refused": refused,
+                "correct": correct,
+                "exact_match": em,
+                "token_f1": f1,
+                "context_sufficient": sufficient,
+                "confident_wrong": (not refused) and not correct,
+                "citation_valid": row["citation_valid"],
+                "best_score": row["best_score"],
+            }
+        )
+    return pl.DataFrame(rows, schema=OUTCOME_SCHEMA)
+
+
+def _proportion(metric: str, successes: int, n: int) -> dict:
+    low, high = wilson_interval(successes, n)
+    return {
+        "metric": metric,
+        "value": successes / n if n else None,
+        "ci_low": low,
+        "ci_high": high,
+        "n": n,
+        "interval_method": "wilson95",
+    }
+
+
+def _mean(metric: str, values: np.ndarray, seed: int) -> dict:
+    low, high = bootstrap_mean_interval(values, seed=seed)
+    return {
+        "metric": metric,
+        "value": float(values.mean()) if values.size else None,
+        "ci_low": low,
+        "ci_high": high,
+        "n": int(values.size),
+        "interval_method": "bootstrap95",
+    }
+
+
+def judged_items(verdicts: pl.DataFrame) -> pl.DataFrame:
+    """Per judged item: claim counts by verdict and citation support counts."""
+    return verdicts.group_by("item_id").agg(
+        pl.len().alias("n_claims"),
+        (pl.col("verdict") == "ENTAILED").sum().alias("n_entailed"),
+        (pl.col("verdict") == "CONTRADICTED").sum().alias("n_contradicted"),
+        (pl.col("verdict") == "UNSUPPORTED").sum().alias("n_unsupported"),
+        pl.col("citation_supported").is_not_null().sum().alias("n_citations"),
+        pl.col("citation_supported").fill_null(False).sum().alias("n_citations_supported"),
+    )
+
+
+def summarise(
+    outcomes: pl.DataFrame, judged: pl.DataFrame | None = None, *, seed: int = 20261001
+) -> list[dict]:
+    """The rates of the module docstring over the items of ``outcomes`` (one scope).
+
+    ``judged`` (from ``judged_items``, optionally with a boolean ``relevant``) restricts the
+    claim-level rates to the sampled items. Rates whose denominator is empty are left out.
+    """
+    metrics: list[dict] = []
+    answerable = outcomes.filter(pl.col("answerable"))
+    no_answer = outcomes.filter(~pl.col("answerable"))
+    answered = outcomes.filter(~pl.col("refused"))
+    refused = outcomes.filter(pl.col("refused"))
+    if judged is not None and judged.height:
+        sampled = judged.join(answered.select("item_id"), on="item_id", how="semi")
+        with_claims = sampled.filter(pl.col("n_claims") > 0)
+        faithfulness = (with_claims["n_entailed"] / with_claims["n_claims"]).to_numpy()
+        claims = int(sampled["n_claims"].sum())
+        metrics.append(_mean("faithfulness", faithfulness, seed))
+        metrics.append(
+            _proportion("contradicted_claim_rate", int(sampled["n_contradicted"].sum()), claims)
+        )
+        metrics.append(
+            _proportion("unsupported_claim_rate", int(sampled["n_unsupported"].sum()), claims)
+        )
+        metrics.append(
+            _proportion(
+                "citation_support",
+                int(sampled["n_citations_supported"].sum()),
+                int(sampled["n_citations"].sum()),
+            )
+        )
+        if "relevant" in sampled.columns:
+            rated = sampled.filter(pl.col("relevant").is_not_null())
+            metrics.append(
+                _proportion("answer_relevance", int(rated["relevant"].sum()), rated.height)
+            )
+    valid = answered.filter(pl.col("citation_valid").is_not_null())
+    metrics.append(
+        _proportion("citation_validity", int(valid["citation_valid"].sum()), valid.height)
+    )
+    if answerable.height:
+        metrics.append(
+            _proportion("answer_correct_rate", int(answerable["correct"].sum()), answerable.height)
+        )
+        metrics.append(_mean("exact_match", answerable["exact_match"].to_numpy(), seed))
+        metrics.append(_mean("token_f1", answerable["token_f1"].to_numpy(), seed))
+        metrics.append(
+            _proportion("false_refusal_rate", int(answerable["refused"].sum()), answerable.height)
+        )
+    if no_answer.height:
+        metrics.append(
+            _proportion("correct_refusal_rate", int(no_answer["refused"].sum()), no_answer.height)
+        )
+    if refused.height and answerable.height and no_answer.height:
+        metrics.append(
+            _proportion("refusal_precision", int((~refused["answerable"]).sum()), refused.height)
+        )
+    metrics.append(
+        _proportion("confident_wrong_rate", int(outcomes["confident_wrong"].sum()), outcomes.height)
+    )
+    return [m for m in metrics if m["n"]]
+
+
+def scoped_summary(
+    outcomes: pl.DataFrame, judged: pl.DataFrame | None = None, *, seed: int = 20261001
+) -> pl.DataFrame:
+    """``summarise`` per scope: the headline (answerable items), the no-answer items together,
+    every stratum, every language (answerable items), and SQuAD's official mix of both."""
+    scopes: list[tuple[str, str, pl.DataFrame]] = [
+        ("overall", "answerable", outcomes.filter(pl.col("answerable"))),
+        ("overall", "no_answer", outcomes.filter(~pl.col("answerable"))),
+        ("overall", "all_items", outcomes),
+    ]
+    for stratum in sorted(outcomes["stratum"].unique().to_list()):
+        scopes.append(("stratum", stratum, outcomes.filter(pl.col("stratum") == stratum)))
+    for language in sorted(outcomes["language"].unique().to_list()):
+        scopes.append(
+            (
+                "language",
+                language,
+                outcomes.filter((pl.col("language") == language) & pl.col("answerable")),
+            )
+        )
+    rows = []
+    for scope, value, subset in scopes:
+        if not subset.height:
+            continue
+        for metric in summarise(subset, judged, seed=seed):
+            if (
+                scope == "overall"
+                and value == "all_items"
+                and metric["metric"]
+                not in (
+                    "exact_match_all",
+                    "refusal_precision",
+                    "confident_wrong_rate",
+                )
+            ):
+                continue
+            rows.append({"scope": scope, "scope_value": value, **metric})
+    squad = outcomes
+    for name, column in (("squad_exact_match", "exact_match"), ("squad_f1", "token_f1")):
+        rows.append(
+            {
+                "scope": "overall",
+                "scope_value": "all_items",
+                **_mean(name, squad[column].to_numpy(), seed),
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "scope": pl.String,
+            "scope_value": pl.String,
+            "metric": pl.String,
+            "value": pl.Float64,
+            "ci_low": pl.Float64,
+            "ci_high": pl.Float64,
+            "n": pl.Int64,
+            "interval_method": pl.String,
+        },
+    )
+
+
+def sufficiency_table(outcomes: pl.DataFrame) -> pl.DataFrame:
+    """The 2x2 of context sufficiency x answer correctness on answerable items (all four cells)."""
+    cells = pl.DataFrame(
+        {
+            "context_sufficient": [True, True, False, False],
+            "answer_correct": [True, False, True, False],
+        }
+    )
+    counts = (
+        outcomes.filter(pl.col("answerable"))
+        .group_by(pl.col("context_sufficient"), pl.col("correct").alias("answer_correct"))
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+    )
+    return cells.join(counts, on=["context_sufficient", "answer_correct"], how="left").with_columns(
+        pl.col("count").fill_null(0)
+    )
+
+
+def abstention_sweep(
+    best_scores: pl.DataFrame,
+    thresholds: Sequence[float],
+    *,
+    max_unanswerable_answered_rate: float = 0.05,
+) -> tuple[pl.DataFrame, float | None]:
+    """Both error counts of the evidence threshold at each candidate threshold.
+
+    An item is answered at threshold t when its best score is >= t (no score: never answered)
+    and no other guardrail refused it (optional boolean column ``refused_otherwise``).
+    ``best_scores`` has ``answerable`` and ``best_score``.
+
+    Recommendation rule: among thresholds that answer at most
+    ``floor(max_unanswerable_answered_rate * unanswerable items)`` unanswerable questions (5% by
+    default, the confident-wrong target; zero on small sets), the one with the fewest answerable
+    questions refused, then the lowest threshold. When no candidate meets the cap, the one with
+    the fewest unanswerable questions answered.
+    """
+    frame = best_scores
+    if "refused_otherwise" not in frame.columns:
+        frame = frame.with_columns(refused_otherwise=pl.lit(False))
+    rows = []
+    for threshold in sorted({float(t) for t in thresholds}):
+        answered = (
+            pl.col("best_score").is_not_null()
+            & (pl.col("best_score") >= threshold)
+            & ~pl.col("refused_otherwise")
+        )
+        counts = frame.select(
+            (answered & ~pl.col("answerable")).sum().alias("unanswerable_answered"),
+            (~answered & pl.col("answerable")).sum().alias("answerable_refused"),
+        ).row(0)
+        rows.append(
+            {
+                "threshold": round(threshold, 6),
+                "unanswerable_answered": int(counts[0]),
+                "answerable_refused": int(counts[1]),
+            }
+        )
+    sweep = pl.DataFrame(
+        rows,
+        schema={
+            "threshold": pl.Float64,
+            "unanswerable_answered": pl.Int64,
+            "answerable_refused": pl.Int64,
+        },
+    )
+    if not sweep.height:
+        return sweep.with_columns(recommended=pl.lit(False)), None
+    allowed = math.floor(max_unanswerable_answered_rate * int((~frame["answerable"]).sum()))
+    eligible = sweep.filter(pl.col("unanswerable_answered") <= allowed)
+    if eligible.height:
+        best = eligible.sort("answerable_refused", "threshold").row(0, named=True)
+    else:
+        best = sweep.sort("unanswerable_answered", "answerable_refused", "threshold").row(
+            0, named=True
+        )
+    recommended = best["threshold"]
+    return sweep.with_columns(recommended=pl.col("threshold") == recommended), recommended
+
+
+def sweep_thresholds(best_scores: Sequence[float | None], points: int = 60) -> list[float]:
+    """Candidate thresholds: 0, every observed best score (thinned to ``points`` quantiles) and
+    one just above the highest, where everything is refused."""
+    observed = sorted({round(float(s), 4) for s in best_scores if s is not None})
+    if len(observed) > points:
+        observed = sorted(
+            {round(float(q), 4) for q in np.quantile(observed, np.linspace(0, 1, points))}
+        )
+    return [0.0, *observed, (observed[-1] + 1e-3) if observed else 1.0]
+
+
+__all__ = ["NO_ANSWER_STRATA"]
