@@ -362,7 +362,7 @@ def abstention_sweep(
         ).row(0)
         rows.append(
             {
-                "threshold": round(threshold, 6),
+                "threshold": threshold,
                 "unanswerable_answered": int(counts[0]),
                 "answerable_refused": int(counts[1]),
             }
@@ -392,11 +392,10 @@ def abstention_sweep(
 def sweep_thresholds(best_scores: Sequence[float | None], points: int = 60) -> list[float]:
     """Candidate thresholds: 0, every observed best score (thinned to ``points`` quantiles) and
     one just above the highest, where everything is refused."""
-    observed = sorted({round(float(s), 4) for s in best_scores if s is not None})
+    observed = sorted({float(s) for s in best_scores if s is not None})
     if len(observed) > points:
-        observed = sorted(
-            {round(float(q), 4) for q in np.quantile(observed, np.linspace(0, 1, points))}
-        )
+        positions = np.linspace(0, len(observed) - 1, points).round().astype(int)
+        observed = sorted({observed[i] for i in positions})
     return [0.0, *observed, (observed[-1] + 1e-3) if observed else 1.0]
 
 

@@ -1,0 +1,106 @@
+"""Bad input fails with the file, the line or document and the problem, and writes nothing."""
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from rag_eval_pipeline.lib.corpus import CorpusError, load_snapshot
+from rag_eval_pipeline.lib.golden import GoldenSetError, load_golden_set
+
+from .conftest import materialize_night
+
+
+def failure_message(result) -> str:
+    failures = [event for event in result.all_events if event.is_step_failure]
+    assert failures, "the run was expected to fail"
+    error = failures[0].event_specific_data.error
+    return "".join(part.message for part in (error, error.cause) if part is not None)
+
+
+def table_count(path: Path, table: str) -> int:
+    if not path.exists():
+        return 0
+    with duckdb.connect(str(path), read_only=True) as connection:
+        return connection.sql(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+
+
+def replace_line(path: Path, number: int, text: str) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[number - 1] = text
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_malformed_golden_line_names_file_and_line(library, tmp_path):
+    golden = library / "golden.jsonl"
+    replace_line(golden, 3, '{"id": "q3", "question": "broken"')
+    with pytest.raises(GoldenSetError, match=r"golden\.jsonl:3: malformed JSON"):
+        load_golden_set(golden)
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    assert "golden.jsonl:3: malformed JSON" in failure_message(result)
+    assert table_count(warehouse, "golden_items") == 0
+    assert table_count(warehouse, "eval_runs") == 0
+
+
+def test_golden_item_with_bad_grade_names_line(library):
+    golden = library / "golden.jsonl"
+    item = json.loads(golden.read_text().splitlines()[1])
+    item["gold"][0]["grade"] = "high"
+    replace_line(golden, 2, json.dumps(item))
+    with pytest.raises(GoldenSetError, match=r"golden\.jsonl:2: item 'q2' gold .* grade 'high'"):
+        load_golden_set(golden)
+
+
+def test_unknown_gold_passage_id_names_line_and_id(library, tmp_path):
+    golden = library / "golden.jsonl"
+    item = json.loads(golden.read_text().splitlines()[1])
+    item["gold"][0]["passage_id"] = "STORE-FRIDGE-001@v9#s1"
+    replace_line(golden, 2, json.dumps(item))
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    message = failure_message(result)
+    assert "golden.jsonl:2: item 'q2' names gold passage 'STORE-FRIDGE-001@v9#s1'" in message
+    assert "not in snapshot 2026-10-01" in message
+    assert table_count(warehouse, "golden_items") == 0
+    assert table_count(warehouse, "golden_gold") == 0
+
+
+def test_snapshot_that_no_longer_matches_its_manifest(library, tmp_path):
+    document = library / "2026-10-01" / "documents" / "STORE-FRIDGE-001@v1.md"
+    document.write_text(document.read_text().replace("8 °C", "10 °C"), encoding="utf-8")
+    with pytest.raises(CorpusError) as raised:
+        load_snapshot(library / "2026-10-01")
+    message = str(raised.value)
+    assert "manifest.json" in message
+    assert "no longer match the manifest digest" in message
+    assert "changed: STORE-FRIDGE-001@v1" in message
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    assert "changed: STORE-FRIDGE-001@v1" in failure_message(result)
+    assert table_count(warehouse, "corpus_passages") == 0
+    assert table_count(warehouse, "corpus_snapshots") == 0
+
+
+def test_document_without_a_version_names_the_file(library, tmp_path):
+    document = library / "2026-10-01" / "documents" / "CLEAN-LOG-001@v1.md"
+    document.write_text(document.read_text().replace("version: 1\n", ""), encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"CLEAN-LOG-001@v1\.md:1: document without a version"):
+        load_snapshot(library / "2026-10-01", verify=False)
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    assert "document without a version" in failure_message(result)
+    assert table_count(warehouse, "corpus_passages") == 0
+
+
+def test_text_before_first_section_names_the_line(library):
+    document = library / "2026-10-01" / "documents" / "CLEAN-LOG-001@v1.md"
+    text = document.read_text().replace("---\n## Cleaning", "---\nstray words\n## Cleaning")
+    document.write_text(text, encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"CLEAN-LOG-001@v1\.md:10: text before the first"):
+        load_snapshot(library / "2026-10-01", verify=False)

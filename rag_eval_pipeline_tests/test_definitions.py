@@ -1,0 +1,102 @@
+"""The graph's shape, pinned: a change to assets, groups, checks, jobs or schedules is a diff."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from rag_eval_pipeline.definitions import defs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EXPECTED_GRAPH = {
+    "corpus_snapshot": ("inputs", []),
+    "golden_set": ("inputs", ["corpus_snapshot"]),
+    "retrieval_run": ("system_runs", ["corpus_snapshot", "golden_set"]),
+    "generation_run": ("system_runs", ["retrieval_run"]),
+    "judge_sample": ("judging", ["generation_run"]),
+    "judge_calibration": ("judging", ["judge_sample"]),
+    "retrieval_metrics": ("metrics", ["retrieval_run"]),
+    "generation_metrics": ("metrics", ["generation_run", "judge_sample"]),
+    "eval_summary": ("metrics", ["generation_metrics", "judge_calibration", "retrieval_metrics"]),
+}
+EXPECTED_CHECKS = {
+    ("corpus_snapshot", "has_current_passages"),
+    ("golden_set", "no_drifted_items"),
+    ("golden_set", "no_answer_share"),
+    ("generation_run", "answers_cite_retrieved_passages"),
+}
+
+
+def test_asset_keys_groups_and_edges():
+    graph = defs.resolve_asset_graph()
+    shape = {}
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        shape[key.to_user_string()] = (
+            node.group_name,
+            sorted(parent.to_user_string() for parent in node.parent_keys),
+        )
+    expected = {name: (group, sorted(parents)) for name, (group, parents) in EXPECTED_GRAPH.items()}
+    assert shape == expected
+
+
+def test_asset_checks():
+    graph = defs.resolve_asset_graph()
+    checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
+    assert checks == EXPECTED_CHECKS
+
+
+def test_jobs_and_schedules():
+    job = defs.resolve_job_def("nightly_eval")
+    assert job.partitions_def.get_cron_schedule() == "0 0 * * *"
+    assert job.executor_def.name == "in_process"
+    schedule = defs.resolve_schedule_def("nightly_eval_schedule")
+    assert schedule.cron_schedule == "0 2 * * *"
+    assert schedule.execution_timezone == os.environ.get("RAG_EVAL_TIMEZONE", "UTC")
+    assert schedule.job_name == "nightly_eval"
+    assert sorted(s.name for s in defs.schedules) == ["nightly_eval_schedule"]
+
+
+def test_assets_carry_owners_kinds_and_code_versions():
+    for asset in defs.assets:
+        spec = next(iter(asset.specs))
+        assert spec.owners == ["team:evaluation"], spec.key
+        assert spec.code_version, spec.key
+        assert spec.description, spec.key
+        assert spec.kinds, spec.key
+
+
+def test_executor_and_time_zone_switch_by_configuration():
+    code = (
+        "from rag_eval_pipeline.definitions import defs;"
+        "j = defs.resolve_job_def('nightly_eval');"
+        "s = defs.resolve_schedule_def('nightly_eval_schedule');"
+        "print(j.executor_def.name, s.execution_timezone)"
+    )
+    env = {**os.environ, "RAG_EVAL_EXECUTOR": "multiprocess", "RAG_EVAL_TIMEZONE": "Europe/Berlin"}
+    output = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.split()
+    assert output == ["multiprocess", "Europe/Berlin"]
+
+
+def test_definitions_validate_against_the_workspace():
+    dagster = Path(sys.executable).parent / "dagster"
+    completed = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DAGSTER_HOME": str(ROOT / ".dagster_home")},
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "rag_eval_pipeline" in completed.stdout + completed.stderr
+
+
+def test_dagster_is_imported_only_outside_lib():
+    for module in (ROOT / "rag_eval_pipeline" / "lib").glob("*.py"):
+        assert "import dagster" not in module.read_text(), module.name
+    assert dg.__version__ == "1.13.28"

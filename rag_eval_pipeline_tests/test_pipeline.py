@@ -1,0 +1,216 @@
+"""The real graph on the fixture library, into a temporary DuckDB file, checked table by table.
+
+Expected figures are computed by hand from the ranked lists asserted in
+``test_retrieval_results_are_the_bm25_ranking``.
+"""
+
+import math
+
+import duckdb
+import pytest
+
+from rag_eval_pipeline.lib.warehouse import TABLES
+
+from .conftest import materialize_night
+
+
+@pytest.fixture
+def warehouse(library, tmp_path):
+    path = tmp_path / "warehouse" / "rag_eval.duckdb"
+    result = materialize_night(library, path)
+    assert result.success
+    connection = duckdb.connect(str(path), read_only=True)
+    yield connection
+    connection.close()
+
+
+def rows(connection, query, parameters=None):
+    return connection.sql(query, params=parameters).fetchall()
+
+
+def test_retrieval_results_are_the_bm25_ranking(warehouse):
+    ranked = rows(
+        warehouse,
+        "SELECT item_id, list(passage_id ORDER BY rank) FROM retrieval_results "
+        "GROUP BY item_id ORDER BY item_id",
+    )
+    assert ranked == [
+        ("q1", ["LAB-LABEL-001@v2#s2", "LAB-LABEL-001@v2#s1"]),
+        ("q2", ["STORE-FRIDGE-001@v1#s1", "STORE-FRIDGE-001@v1#s2", "CLEAN-LOG-001@v1#s2"]),
+        ("q3", ["CLEAN-LOG-001@v1#s2", "CLEAN-LOG-001@v1#s1", "LAB-LABEL-001@v2#s1"]),
+        ("q5", ["STORE-FRIDGE-001@v1#s1", "LAB-LABEL-001@v2#s1", "CLEAN-LOG-001@v1#s2"]),
+    ]
+    # The superseded v1 and the withdrawn fax procedure are filtered out by metadata.
+    assert rows(warehouse, "SELECT DISTINCT status FROM retrieval_results") == [("current",)]
+
+
+def test_retrieval_metrics_match_hand_computation(warehouse):
+    values = dict(
+        rows(
+            warehouse,
+            "SELECT measure, value FROM retrieval_metrics "
+            "WHERE scope = 'overall' AND scope_value = 'answerable'",
+        )
+    )
+    # q1: relevant {v2#s2} at rank 1; q2: {fridge s1} at 1; q3: {log s2, log s1} at 1 and 2.
+    assert values["Success@1"] == pytest.approx(1.0)
+    assert values["R@1"] == pytest.approx((1 + 1 + 0.5) / 3)
+    assert values["P@3"] == pytest.approx((1 / 3 + 1 / 3 + 2 / 3) / 3)
+    assert values["P@5"] == pytest.approx((1 / 5 + 1 / 5 + 2 / 5) / 3)
+    assert values["RR@5"] == pytest.approx(1.0)
+    assert values["AP"] == pytest.approx(1.0)
+    # q1 has the superseded v1 section at grade 1 in its ideal list: DCG 3, ideal 3 + 1/log2(3).
+    q1_ndcg = 3 / (3 + 1 / math.log2(3))
+    assert values["nDCG@3"] == pytest.approx((q1_ndcg + 1 + 1) / 3)
+    q1_exp = 7 / (7 + 1 / math.log2(3))
+    assert values["nDCG_exp@3"] == pytest.approx((q1_exp + 1 + 1) / 3)
+    assert values["Stale@5"] == 0.0
+    n_values = {
+        n
+        for (n,) in rows(
+            warehouse, "SELECT DISTINCT n FROM retrieval_metrics WHERE scope = 'overall'"
+        )
+    }
+    assert n_values == {3}
+    # Success is a proportion: Wilson interval for 3 of 3.
+    low, high = rows(
+        warehouse,
+        "SELECT ci_low, ci_high FROM retrieval_metrics WHERE scope = 'overall' AND measure = 'Success@1'",
+    )[0]
+    assert (round(low, 4), round(high, 4)) == (0.4385, 1.0)
+
+
+def test_generation_results_guardrails_and_citations(warehouse):
+    results = {
+        item: (refused, reason, cited)
+        for item, refused, reason, cited in rows(
+            warehouse,
+            "SELECT item_id, refused, refusal_reason, cited_ids FROM generation_results",
+        )
+    }
+    assert results["q1"][:2] == (False, None)
+    assert results["q1"][2] == ["LAB-LABEL-001@v2#s2"]
+    assert results["q4"][1] == "input_check:out_of_scope"
+    assert results["q6"][1] == "input_check:prompt_override"
+    assert results["q5"][1] == "evidence_check:no_current_passage_above_threshold"
+    answer = rows(warehouse, "SELECT answer FROM generation_results WHERE item_id = 'q1'")[0][0]
+    assert "within 15 minutes of collection" in answer
+    assert answer.endswith("[LAB-LABEL-001@v2#s2]")
+
+
+def test_generation_metrics_match_hand_computation(warehouse):
+    metric = dict(
+        rows(
+            warehouse,
+            "SELECT metric, value FROM generation_metrics "
+            "WHERE scope = 'overall' AND scope_value = 'answerable'",
+        )
+    )
+    # q1, q2, q3 answered with the sentence that holds their must_mention; every claim is
+    # copied from the context, so all are ENTAILED and every citation supports its claim.
+    assert metric["answer_correct_rate"] == 1.0
+    assert metric["false_refusal_rate"] == 0.0
+    assert metric["confident_wrong_rate"] == 0.0
+    assert metric["faithfulness"] == 1.0
+    assert metric["citation_validity"] == 1.0
+    assert metric["citation_support"] == 1.0
+    no_answer = dict(
+        rows(
+            warehouse,
+            "SELECT metric, value FROM generation_metrics "
+            "WHERE scope = 'overall' AND scope_value = 'no_answer'",
+        )
+    )
+    assert no_answer["correct_refusal_rate"] == 1.0
+    strata = rows(
+        warehouse,
+        "SELECT scope_value, value, n FROM generation_metrics "
+        "WHERE scope = 'stratum' AND metric = 'correct_refusal_rate' ORDER BY scope_value",
+    )
+    assert strata == [
+        ("out_of_scope", 1.0, 1),
+        ("prompt_injection", 1.0, 1),
+        ("withdrawn_document", 1.0, 1),
+    ]
+    # The no-answer items never enter the headline scope.
+    assert rows(
+        warehouse,
+        "SELECT max(n) FROM generation_metrics WHERE scope = 'overall' AND scope_value = 'answerable'",
+    ) == [(3,)]
+    assert rows(
+        warehouse,
+        "SELECT context_sufficient, answer_correct, count FROM sufficiency_correctness "
+        "ORDER BY context_sufficient DESC, answer_correct DESC",
+    ) == [(True, True, 3), (True, False, 0), (False, True, 0), (False, False, 0)]
+
+
+def test_judge_verdicts_name_the_supporting_passage(warehouse):
+    verdicts = rows(
+        warehouse,
+        "SELECT item_id, verdict, passage_id, citation_supported, replayed FROM judge_verdicts "
+        "ORDER BY item_id, claim_index",
+    )
+    assert verdicts
+    assert {v[1] for v in verdicts} == {"ENTAILED"}
+    assert ("q1", "ENTAILED", "LAB-LABEL-001@v2#s2", True, False) in verdicts
+
+
+def test_abstention_sweep_recommends_a_threshold(warehouse):
+    recommended = rows(
+        warehouse,
+        "SELECT threshold, unanswerable_answered, answerable_refused FROM abstention_sweep WHERE recommended",
+    )
+    # q5 (withdrawn) scores 0.607; the answerable items score 2.308 and above. Candidates are
+    # the observed best scores: the lowest that refuses q5 and answers the rest is q3's 2.308.
+    assert len(recommended) == 1
+    threshold, unanswerable_answered, answerable_refused = recommended[0]
+    assert round(threshold, 3) == 2.308
+    assert (unanswerable_answered, answerable_refused) == (0, 0)
+
+
+def test_every_contract_table_is_scoped_and_filled(warehouse):
+    empty_by_design = {"run_comparisons", "rebaseline_offsets"}
+    for table in TABLES:
+        count = rows(warehouse, f"SELECT count(*) FROM {table}")[0][0]
+        if table not in empty_by_design:
+            assert count > 0, table
+    run = rows(
+        warehouse,
+        "SELECT eval_run_id, corpus_digest, golden_digest, completed_at, headline FROM eval_runs",
+    )
+    assert len(run) == 1
+    eval_run_id, corpus_digest, golden_digest, completed_at, headline = run[0]
+    assert eval_run_id.startswith("2026-10-15-")
+    assert completed_at is not None and '"Success@5"' in headline
+    assert rows(warehouse, "SELECT DISTINCT corpus_digest FROM corpus_passages") == [
+        (corpus_digest,)
+    ]
+    for table in (
+        "retrieval_results",
+        "generation_results",
+        "judge_verdicts",
+        "retrieval_metrics",
+        "generation_metrics",
+    ):
+        assert rows(warehouse, f"SELECT DISTINCT eval_run_id FROM {table}") == [(eval_run_id,)]
+    assert len(golden_digest) == 64
+
+
+def test_rerunning_a_partition_replaces_only_its_rows(library, tmp_path):
+    path = tmp_path / "w.duckdb"
+    assert materialize_night(library, path, "2026-10-15").success
+    assert materialize_night(library, path, "2026-10-16").success
+    with duckdb.connect(str(path), read_only=True) as connection:
+        before = rows(
+            connection, "SELECT eval_run_id, count(*) FROM retrieval_results GROUP BY 1 ORDER BY 1"
+        )
+    assert materialize_night(library, path, "2026-10-15").success
+    with duckdb.connect(str(path), read_only=True) as connection:
+        after = rows(
+            connection, "SELECT eval_run_id, count(*) FROM retrieval_results GROUP BY 1 ORDER BY 1"
+        )
+        runs = rows(connection, "SELECT count(*) FROM eval_runs")[0][0]
+        passages = rows(connection, "SELECT count(*) FROM corpus_passages")[0][0]
+    assert before == after and len(after) == 2
+    assert runs == 2
+    assert passages == 9
