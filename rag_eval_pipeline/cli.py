@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -69,8 +70,15 @@ def command_nightly(args: argparse.Namespace) -> int:
         else dg.DagsterInstance.ephemeral()
     )
     job = defs.resolve_job_def("nightly_eval")
+    # The console shows warnings and errors; every event stays in the Dagster instance and UI.
+    warnings.filterwarnings("ignore", message=".*is currently in beta")
+    log_level = "DEBUG" if args.verbose else "WARNING"
     result = job.execute_in_process(
-        partition_key=partition, instance=instance, raise_on_error=False, tags=dict(args.tag or [])
+        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+        partition_key=partition,
+        instance=instance,
+        raise_on_error=False,
+        tags=dict(args.tag or []),
     )
     finished = time.perf_counter()
     if args.timings:
@@ -181,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tag", action="append", nargs=2, metavar=("KEY", "VALUE"), help="Dagster run tag"
     )
     nightly.add_argument("--timings", action="store_true", help="print where the time went")
+    nightly.add_argument("--verbose", action="store_true", help="show Dagster's debug log")
     nightly.add_argument("--no-summary", dest="print_summary", action="store_false")
     nightly.set_defaults(handler=command_nightly)
 
