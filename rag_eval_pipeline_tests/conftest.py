@@ -26,7 +26,7 @@ def library(tmp_path: Path) -> Path:
     return target
 
 
-def fixture_resources(library: Path, warehouse_path: Path, **settings) -> dict:
+def fixture_resources(library: Path, warehouse_path: Path, judge=None, **settings) -> dict:
     """Resources pointing at the fixture library, with a threshold that suits its tiny corpus."""
     return {
         "settings": EvalSettings(
@@ -36,16 +36,18 @@ def fixture_resources(library: Path, warehouse_path: Path, **settings) -> dict:
             **settings,
         ),
         "system": ReferenceSystemResource(evidence_threshold=1.0),
-        "judge": DeterministicJudgeResource(),
+        "judge": judge or DeterministicJudgeResource(),
         "warehouse_db": WarehouseResource(path=str(warehouse_path)),
     }
 
 
-def materialize_night(library: Path, warehouse_path: Path, night: str = NIGHT, **settings):
+def materialize_night(
+    library: Path, warehouse_path: Path, night: str = NIGHT, judge=None, **settings
+):
     """Materialize the whole graph for one night into ``warehouse_path``."""
     return dg.materialize(
         ASSETS,
-        resources=fixture_resources(library, warehouse_path, **settings),
+        resources=fixture_resources(library, warehouse_path, judge, **settings),
         partition_key=night,
         instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,

@@ -37,31 +37,44 @@ def judge_traces(
     Each claim is judged against the exact context sent; a claim that carries citations is
     also judged against its cited passages alone, which gives citation support.
     """
-    rows = []
+    claimed = []
     for trace in traces.iter_rows(named=True):
         context = [(pid, texts[pid]) for pid in trace["context_ids"] if pid in texts]
         for index, claim in enumerate(judge.claims(trace["answer"]), start=1):
-            verdict = judge.verdict(claim.text, context)
-            supported = None
-            if claim.cited_ids:
-                cited = [(pid, texts[pid]) for pid in claim.cited_ids if pid in texts]
-                supported = bool(cited) and judge.verdict(claim.text, cited).verdict == ENTAILED
-            rows.append(
-                {
-                    "eval_run_id": run_id,
-                    "item_id": trace["item_id"],
-                    "source": source,
-                    "claim_index": index,
-                    "claim": claim.text,
-                    "cited_ids": list(claim.cited_ids),
-                    "verdict": verdict.verdict,
-                    "passage_id": verdict.passage_id,
-                    "citation_supported": supported,
-                    "judge_id": judge.judge_id,
-                    "replayed": verdict.replayed,
-                }
-            )
+            cited = [(pid, texts[pid]) for pid in claim.cited_ids if pid in texts]
+            claimed.append((trace["item_id"], index, claim, context, cited))
+    pairs = [(claim.text, context) for _, _, claim, context, _ in claimed]
+    pairs += [(claim.text, cited) for _, _, claim, _, cited in claimed if cited]
+    verdicts = judge_pairs(judge, pairs)
+    against_context, against_citations = verdicts[: len(claimed)], iter(verdicts[len(claimed) :])
+    rows = []
+    for (item_id, index, claim, _, cited), verdict in zip(claimed, against_context, strict=True):
+        supported = None
+        if claim.cited_ids:
+            supported = bool(cited) and next(against_citations).verdict == ENTAILED
+        rows.append(
+            {
+                "eval_run_id": run_id,
+                "item_id": item_id,
+                "source": source,
+                "claim_index": index,
+                "claim": claim.text,
+                "cited_ids": list(claim.cited_ids),
+                "verdict": verdict.verdict,
+                "passage_id": verdict.passage_id,
+                "citation_supported": supported,
+                "judge_id": judge.judge_id,
+                "replayed": verdict.replayed,
+            }
+        )
     return rows
+
+
+def judge_pairs(judge, pairs: list) -> list:
+    """All verdicts at once where the judge batches them (bounded concurrency), else one by one."""
+    if hasattr(judge, "verdicts"):
+        return judge.verdicts(pairs)
+    return [judge.verdict(claim, context) for claim, context in pairs]
 
 
 @dg.asset(

@@ -90,3 +90,40 @@ class DeterministicJudgeResource(dg.ConfigurableResource):
 
     def config(self) -> dict:
         return self.build().config()
+
+
+class LLMJudgeResource(dg.ConfigurableResource):
+    """A judge over any OpenAI-compatible chat endpoint. The API key is read from the
+    environment variable named by ``api_key_env`` when a request is made; it never enters
+    configuration, logs or metadata."""
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 60.0
+    max_retries: int = 4
+    concurrency: int = 8
+    cache_path: str = "warehouse/judge_cache.sqlite"
+
+    def build(self) -> Judge:
+        from rag_eval_pipeline.lib.llm_judge import LLMJudge
+
+        return LLMJudge(
+            base_url=self.base_url,
+            model=self.model,
+            api_key_env=self.api_key_env,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            concurrency=self.concurrency,
+            cache_path=str(project_path(self.cache_path)) if self.cache_path else None,
+        )
+
+    def config(self) -> dict:
+        from rag_eval_pipeline.lib.llm_judge import PROMPT_VERSION
+
+        return {
+            "judge_id": f"llm:{self.model}@{PROMPT_VERSION}",
+            "base_url": self.base_url,
+            "model": self.model,
+            "prompt_version": PROMPT_VERSION,
+        }

@@ -3,11 +3,13 @@
 Per item (``item_outcomes``):
 - ``correct``: on an answerable item, answered and every ``must_mention`` string present
   (case-insensitive); when an item has no ``must_mention``, answered with SQuAD token F1 >= 0.5
-  against a reference answer. On a no-answer item, correct means refused.
+  against a reference answer; unknown (null, left out of the rates) when it has neither. On a
+  no-answer item, correct means refused.
 - ``exact_match`` / ``token_f1``: the official SQuAD 2.0 definitions (lowercase, punctuation and
   the articles a/an/the removed, whitespace collapsed; the maximum over reference answers; a
   no-answer item scores 1 only for an empty prediction). A refusal predicts the empty string;
-  citation markers are removed before scoring.
+  citation markers are removed before scoring. An answerable item without reference answers has
+  no SQuAD score (null) rather than the no-answer case's 1.
 - ``context_sufficient``: a gold passage at or above the relevance level was in the context sent.
 - ``confident_wrong``: answered and not correct.
 
@@ -117,15 +119,19 @@ def item_outcomes(
         refused = bool(row["refused"]) if row["refused"] is not None else True
         prediction = "" if refused else strip_citations(row["answer"] or "")
         references = row["reference_answers"] if row["answerable"] else []
-        em = exact_match(prediction, references)
-        f1 = token_f1(prediction, references)
+        # An answerable item without reference answers has no SQuAD score (not a no-answer 1.0).
+        scorable = not row["answerable"] or bool(references)
+        em = exact_match(prediction, references) if scorable else None
+        f1 = token_f1(prediction, references) if scorable else None
         if row["answerable"]:
             mentions = row["must_mention"] or []
             lowered = prediction.lower()
             if mentions:
                 correct = not refused and all(m.lower() in lowered for m in mentions)
-            else:
+            elif f1 is not None:
                 correct = not refused and f1 >= 0.5
+            else:
+                correct = None
         else:
             correct = refused
         context = set(row["context_ids"] or [])
@@ -141,7 +147,7 @@ def item_outcomes(
                 "exact_match": em,
                 "token_f1": f1,
                 "context_sufficient": sufficient,
-                "confident_wrong": (not refused) and not correct,
+                "confident_wrong": (not refused) and correct is False,
                 "citation_valid": row["citation_valid"],
                 "best_score": row["best_score"],
             }
@@ -227,11 +233,14 @@ def summarise(
         _proportion("citation_validity", int(valid["citation_valid"].sum()), valid.height)
     )
     if answerable.height:
+        judged_correct = answerable.filter(pl.col("correct").is_not_null())
         metrics.append(
-            _proportion("answer_correct_rate", int(answerable["correct"].sum()), answerable.height)
+            _proportion(
+                "answer_correct_rate", int(judged_correct["correct"].sum()), judged_correct.height
+            )
         )
-        metrics.append(_mean("exact_match", answerable["exact_match"].to_numpy(), seed))
-        metrics.append(_mean("token_f1", answerable["token_f1"].to_numpy(), seed))
+        for column in ("exact_match", "token_f1"):
+            metrics.append(_mean(column, answerable[column].drop_nulls().to_numpy(), seed))
         metrics.append(
             _proportion("false_refusal_rate", int(answerable["refused"].sum()), answerable.height)
         )
