@@ -84,10 +84,8 @@ def headline_from_tables(connection: duckdb.DuckDBPyConnection, eval_run_id: str
             for r in generation
             if r["metric"] in NO_ANSWER
             and (
-                (r["scope"] == "stratum"
-                and r["scope_value"] != "answerable")
-                or (r["scope"] == "overall"
-                and r["scope_value"] == "no_answer")
+                (r["scope"] == "stratum" and r["scope_value"] != "answerable")
+                or (r["scope"] == "overall" and r["scope_value"] == "no_answer")
             )
         ],
         "sufficiency_correctness": two_by_two,
