@@ -26,7 +26,7 @@ project's inputs: a frozen corpus snapshot folder and a golden-set JSONL file. T
 - doc ids matching ``^[A-Za-z0-9][A-Za-z0-9_.:-]*$`` are kept as they are. Any other id is made
   safe deterministically: each run of other characters becomes ``_``, a leading non-alphanumeric
   character gets an ``x`` prefix, and ``-`` plus the first 8 hex digits of the SHA-256 of the
-  source id is appended, e.g. ``Sky_(United_Kingdom)_0`` -> ``Sky__United_Kingdom__0-5e1f...``.
+  source id is appended, e.g. ``Sky_(United_Kingdom)_0`` -> ``Sky__United_Kingdom__0-491a6f2e``.
   The returned ``ImportReport.doc_ids`` and each document's ``source_id`` keep the mapping.
 - grades (TREC/BEIR qrels) map to the project's 0-3 scale by one explicit rule, chosen so that
   ``rel_level=2`` on the golden set means exactly "judged relevant (grade > 0) in the source":
@@ -81,6 +81,7 @@ SUPPORTING_GRADE = 2
 
 CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String}
 QUERY_SCHEMA = {"query_id": pl.String, "text": pl.String}
+QRELS_LINES_SCHEMA = {**QRELS_SCHEMA, "line": pl.Int64}
 
 
 class FormatError(ValueError):
@@ -210,15 +211,7 @@ def _grades(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
     return parsed
 
 
-def read_trec_qrels(path: Path | str) -> pl.DataFrame:
-    """Read TREC qrels into ``query_id, doc_id, grade``.
-
-    Format: ``qid iter docno rel`` separated by spaces or tabs (``iter`` is ignored). Grades are
-    integers and may be negative (trec_eval reads a negative grade as judged-but-unassessed).
-    Errors: a line with other than 4 fields, a grade that is not an integer, a (query,
-    document) pair judged twice, an empty file.
-    """
-    path = Path(path)
+def _trec_qrels_lines(path: Path) -> pl.DataFrame:
     lines = _split_lines(path)
     if not lines.height:
         raise _fail(path, "qrels file has no lines")
@@ -229,19 +222,11 @@ def read_trec_qrels(path: Path | str) -> pl.DataFrame:
         pl.col("fields").list.get(2).alias("doc_id"),
         pl.col("fields").list.get(3).alias("grade_text"),
     )
-    return _grades(qrels, path).select(list(QRELS_SCHEMA)).cast(QRELS_SCHEMA)
+    return _grades(qrels, path).select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
 
 
-def read_qrels_table(path: Path | str) -> pl.DataFrame:
-    """Read a qrels table with a header into ``query_id, doc_id, grade``.
-
-    The first non-blank line is a header of three names (``qid docid grade``, BEIR's
-    ``query-id corpus-id score``, or any other); columns are taken by position. Fields are split
-    at tabs when the header has one (BEIR TSV), else at any whitespace.
-    """
-    path = Path(path)
-    text = _read_text(path)
-    header = next((line for line in text.split("\n") if line.strip()), "")
+def _qrels_table_lines(path: Path) -> pl.DataFrame:
+    header = next((line for line in _read_text(path).split("\n") if line.strip()), "")
     lines = _split_lines(path, "\t" if "\t" in header else None)
     if not lines.height:
         raise _fail(path, "qrels table has no lines")
@@ -255,16 +240,41 @@ def read_qrels_table(path: Path | str) -> pl.DataFrame:
         pl.col("fields").list.get(1).alias("doc_id"),
         pl.col("fields").list.get(2).alias("grade_text"),
     )
-    return _grades(qrels, path).select(list(QRELS_SCHEMA)).cast(QRELS_SCHEMA)
+    return _grades(qrels, path).select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
+
+
+def _qrels_lines(path: Path) -> pl.DataFrame:
+    first = next((line for line in _read_text(path).split("\n") if line.strip()), "")
+    if len(first.split()) == 4:
+        return _trec_qrels_lines(path)
+    return _qrels_table_lines(path)
+
+
+def read_trec_qrels(path: Path | str) -> pl.DataFrame:
+    """Read TREC qrels into ``query_id, doc_id, grade``.
+
+    Format: ``qid iter docno rel`` separated by spaces or tabs (``iter`` is ignored). Grades are
+    integers and may be negative (trec_eval reads a negative grade as judged-but-unassessed).
+    Errors: a line with other than 4 fields, a grade that is not an integer, a (query,
+    document) pair judged twice, an empty file.
+    """
+    return _trec_qrels_lines(Path(path)).drop("line")
+
+
+def read_qrels_table(path: Path | str) -> pl.DataFrame:
+    """Read a qrels table with a header into ``query_id, doc_id, grade``.
+
+    The first non-blank line is a header of three names (``qid docid grade``, BEIR's
+    ``query-id corpus-id score``, or any other); columns are taken by position. Fields are split
+    at tabs when the header has one (BEIR TSV), else at any whitespace. Errors as for
+    ``read_trec_qrels``.
+    """
+    return _qrels_table_lines(Path(path)).drop("line")
 
 
 def read_qrels(path: Path | str) -> pl.DataFrame:
     """Read TREC qrels (4 fields a line) or a qrels table with a header (3 fields), by layout."""
-    path = Path(path)
-    first = next((line for line in _read_text(path).split("\n") if line.strip()), "")
-    if len(first.split()) == 4:
-        return read_trec_qrels(path)
-    return read_qrels_table(path)
+    return _qrels_lines(Path(path)).drop("line")
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -532,22 +542,30 @@ def _judged_items(
     qrels_source: Path | str,
 ) -> list[dict]:
     """Golden records for the queries that appear in the qrels (rules in the module docstring)."""
-    known_queries = set(queries["query_id"].to_list())
-    missing_query = qrels.filter(~pl.col("query_id").is_in(list(known_queries)))
-    if missing_query.height:
-        raise FormatError(
-            f"{qrels_source}: query {missing_query['query_id'][0]!r} is judged but not in the "
-            f"queries file"
+    known_queries = queries["query_id"].implode()
+    missing_query = _first_row(qrels, ~pl.col("query_id").is_in(known_queries))
+    if missing_query is not None:
+        raise _fail(
+            qrels_source,
+            f"query {missing_query['query_id']!r} is judged but not in the queries file",
+            missing_query["line"],
         )
-    missing_doc = qrels.filter(~pl.col("doc_id").is_in(list(passage_of)))
-    if missing_doc.height:
-        raise FormatError(
-            f"{qrels_source}: document {missing_doc['doc_id'][0]!r} (query "
-            f"{missing_doc['query_id'][0]!r}) is judged but not in the corpus"
+    missing_doc = _first_row(qrels, ~pl.col("doc_id").is_in(pl.Series(list(passage_of)).implode()))
+    if missing_doc is not None:
+        raise _fail(
+            qrels_source,
+            f"document {missing_doc['doc_id']!r} is judged but not in the corpus",
+            missing_doc["line"],
         )
-    unmapped = sorted(set(qrels.filter(pl.col("grade") >= 0)["grade"].to_list()) - set(grade_map))
-    if unmapped:
-        raise FormatError(f"{qrels_source}: no golden grade given for source grade {unmapped[0]}")
+    unmapped = _first_row(
+        qrels, (pl.col("grade") >= 0) & ~pl.col("grade").is_in(pl.Series(list(grade_map)).implode())
+    )
+    if unmapped is not None:
+        raise _fail(
+            qrels_source,
+            f"no golden grade given for source grade {unmapped['grade']}",
+            unmapped["line"],
+        )
     for source_grade, grade in grade_map.items():
         if not 0 <= grade <= TOP_GRADE:
             raise FormatError(f"grade_map sends {source_grade} to {grade}; grades are 0 to 3")
@@ -620,12 +638,12 @@ def import_beir(
 
     ``labelled_against`` defaults to the corpus digest the snapshot is frozen with.
     """
-    collection = read_beir(folder, qrels_path)
-    qrels_file = Path(qrels_path) if qrels_path is not None else Path(folder) / "qrels/test.tsv"
+    folder = Path(folder)
+    qrels_file = Path(qrels_path) if qrels_path is not None else folder / "qrels" / "test.tsv"
     return _import_judged(
-        collection.corpus,
-        collection.queries,
-        collection.qrels,
+        _corpus_frame(folder / "corpus.jsonl", "_id"),
+        _queries_frame(folder / "queries.jsonl", "_id"),
+        _qrels_table_lines(qrels_file),
         snapshot_dir,
         golden_path,
         labelled_against,
@@ -653,7 +671,7 @@ def import_trec(
     return _import_judged(
         _corpus_frame(Path(docs_jsonl), "id"),
         _queries_frame(Path(queries_jsonl), "id"),
-        read_qrels(qrels_path),
+        _qrels_lines(qrels_path),
         snapshot_dir,
         golden_path,
         labelled_against,
