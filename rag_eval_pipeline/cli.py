@@ -2,6 +2,8 @@
 
 - ``rag-eval nightly [--partition DATE]``: run the ``nightly_eval`` job in-process against the
   Dagster instance in ``DAGSTER_HOME`` and print the summary;
+- ``rag-eval rebaseline --partition DATE --reason WHY``: a night tagged for re-baselining;
+- ``rag-eval history [--metric M]`` and ``rag-eval compare RUN_A RUN_B``;
 - ``rag-eval summary [EVAL_RUN_ID]``: print a run's summary from the warehouse (latest by default);
 - ``rag-eval freeze SNAPSHOT_DIR``: write the snapshot's manifest digest;
 - ``rag-eval evaluate-run QRELS RUN [-m MEASURE ...] [--rel-level N] [--per-query] [--json]``:
@@ -53,32 +55,86 @@ def command_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_job(
+    defs, instance, job_name: str, partition: str, *, run_config=None, tags=None, verbose=False
+):
+    """Execute one job in-process, quiet on the console unless verbose."""
+    log_level = "DEBUG" if verbose else "WARNING"
+    config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": log_level}}}}
+    return defs.resolve_job_def(job_name).execute_in_process(
+        run_config=config,
+        partition_key=partition,
+        instance=instance,
+        raise_on_error=False,
+        tags=tags or {},
+    )
+
+
+def _report_failure(result) -> None:
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            cause = (
+                error.cause.message if error and error.cause else (error.message if error else "")
+            )
+            print(f"step {event.step_key} failed: {cause.strip()}", file=sys.stderr)
+
+
+def _failed_checks(result) -> tuple[list[str], list[str]]:
+    """Messages of failed ERROR checks (gates that fail the night) and of WARN checks."""
+    errors, warnings_ = [], []
+    for evaluation in result.get_asset_check_evaluations():
+        if evaluation.passed:
+            continue
+        entry = evaluation.metadata.get("message") or evaluation.metadata.get("reason")
+        text = entry.value if entry is not None else (evaluation.description or "")
+        line = f"{evaluation.asset_key.to_user_string()}/{evaluation.check_name}: {text}"
+        if evaluation.severity.value == "ERROR":
+            errors.append(line)
+        else:
+            warnings_.append(line)
+    return errors, warnings_
+
+
+def _summary_metadata(result) -> dict | None:
+    from rag_eval_pipeline.defs.comparison import metadata_values
+
+    materializations = result.asset_materializations_for_node("eval_summary")
+    return metadata_values(materializations[-1].metadata) if materializations else None
+
+
 def command_nightly(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     import dagster as dg
 
     from rag_eval_pipeline.definitions import defs
+    from rag_eval_pipeline.defs.comparison import guard_requests
     from rag_eval_pipeline.defs.partitions import TIMEZONE
     from rag_eval_pipeline.lib import warehouse
     from rag_eval_pipeline.lib.summary import format_summary, headline_from_tables
 
     loaded = time.perf_counter()
+    # The console shows warnings and errors; every event stays in the Dagster instance and UI.
+    warnings.filterwarnings("ignore", message=".*is currently in beta")
     partition = args.partition or dt.datetime.now(ZoneInfo(TIMEZONE)).date().isoformat()
     instance = (
         dg.DagsterInstance.get()
         if os.environ.get("DAGSTER_HOME")
         else dg.DagsterInstance.ephemeral()
     )
-    job = defs.resolve_job_def("nightly_eval")
-    # The console shows warnings and errors; every event stays in the Dagster instance and UI.
-    warnings.filterwarnings("ignore", message=".*is currently in beta")
-    log_level = "DEBUG" if args.verbose else "WARNING"
-    result = job.execute_in_process(
-        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        partition_key=partition,
-        instance=instance,
-        raise_on_error=False,
+    run_config = {}
+    if getattr(args, "config", None):
+        import yaml
+
+        run_config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+    result = _run_job(
+        defs,
+        instance,
+        "nightly_eval",
+        partition,
+        run_config=run_config,
         tags=dict(args.tag or []),
+        verbose=args.verbose,
     )
     finished = time.perf_counter()
     if args.timings:
@@ -91,20 +147,173 @@ def command_nightly(args: argparse.Namespace) -> int:
                 )
         print(f"timing: job {finished - loaded:.2f} s", file=sys.stderr)
     if not result.success:
-        for event in result.all_events:
-            if event.is_step_failure:
-                error = event.event_specific_data.error
-                cause = (
-                    error.cause.message
-                    if error and error.cause
-                    else (error.message if error else "")
-                )
-                print(f"step {event.step_key} failed: {cause.strip()}", file=sys.stderr)
+        _report_failure(result)
         return 1
-    run_output = result.output_for_node("eval_summary") if args.print_summary else None
-    if run_output:
+    summary = _summary_metadata(result)
+    if args.print_summary and summary:
         with warehouse.connect(_warehouse_path(), read_only=True) as connection:
-            print(format_summary(headline_from_tables(connection, run_output["eval_run_id"])))
+            print(format_summary(headline_from_tables(connection, summary["eval_run_id"])))
+    failed, warned = _failed_checks(result)
+    # The comparison guard, as the sensor would run it under the daemon: compare, re-baseline
+    # (then compare), or say why not.
+    while args.guard and summary:
+        requests, reason = guard_requests(summary)
+        print(f"\ncomparison guard: {reason}")
+        if not requests:
+            break
+        request = requests[0]
+        print(f"running {request.job_name} for {request.partition_key}")
+        follow_up = _run_job(
+            defs,
+            instance,
+            request.job_name,
+            request.partition_key,
+            run_config=request.run_config,
+            tags=dict(request.tags),
+            verbose=args.verbose,
+        )
+        if not follow_up.success:
+            _report_failure(follow_up)
+            return 1
+        more_failed, more_warned = _failed_checks(follow_up)
+        failed += more_failed
+        warned += more_warned
+        if request.job_name == "run_comparison_job":
+            candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
+            with warehouse.connect(_warehouse_path(), read_only=True) as connection:
+                print(format_comparison(connection, candidate))
+            break
+        summary = _summary_metadata(follow_up)
+    for line in warned:
+        print(f"warning: {line}", file=sys.stderr)
+    if failed:
+        print("\nrelease gates failed:", file=sys.stderr)
+        for line in failed:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def format_comparison(connection, candidate_run_id: str) -> str:
+    """The comparison rows of one candidate run as a table."""
+    rows = connection.sql(
+        "SELECT baseline_run_id, metric, candidate_value, baseline_value, delta, ci_low, ci_high, "
+        "p_value, test, n, comparable, reason FROM run_comparisons "
+        "WHERE candidate_run_id = $run ORDER BY metric",
+        params={"run": candidate_run_id},
+    ).pl()
+    if not rows.height:
+        return f"no comparison recorded for {candidate_run_id}"
+    first = rows.row(0, named=True)
+    lines = [f"{candidate_run_id} against baseline {first['baseline_run_id']}: {first['reason']}"]
+    for row in rows.filter(rows["candidate_value"].is_not_null()).iter_rows(named=True):
+        lines.append(
+            f"  {row['metric']:<16} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
+            f"delta {row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]  "
+            f"p={row['p_value']:.4f} ({row['test']}, n={row['n']})"
+        )
+    return "\n".join(lines)
+
+
+def command_rebaseline(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib.run_identity import (
+        REBASELINE_REASON_TAG,
+        REBASELINE_TAG,
+        REQUESTED_BY_TAG,
+    )
+
+    if not args.reason.strip():
+        print("error: a re-baseline needs a reason (--reason)", file=sys.stderr)
+        return 2
+    requested_by = args.requested_by or os.environ.get("USER") or "unknown"
+    tags = [
+        [REBASELINE_TAG, "true"],
+        [REBASELINE_REASON_TAG, args.reason],
+        [REQUESTED_BY_TAG, requested_by],
+    ]
+    nightly_args = argparse.Namespace(
+        partition=args.partition,
+        config=None,
+        tag=tags,
+        timings=False,
+        verbose=args.verbose,
+        print_summary=False,
+        guard=True,
+    )
+    return command_nightly(nightly_args)
+
+
+def command_history(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib import warehouse
+
+    path = _warehouse_path()
+    if not path.is_file():
+        print(f"{path}: no warehouse yet; run 'make nightly' first", file=sys.stderr)
+        return 2
+    with warehouse.connect(path, read_only=True) as connection:
+        history = connection.sql(
+            "SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest, r.is_baseline, "
+            "r.rebaseline_for, m.value, m.ci_low, m.ci_high, m.n "
+            "FROM eval_runs r JOIN retrieval_metrics m ON m.eval_run_id = r.eval_run_id "
+            "AND m.scope = 'overall' AND m.measure = $metric "
+            "WHERE r.completed_at IS NOT NULL AND ($golden = '' OR r.golden_set = $golden) "
+            "UNION ALL "
+            "SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest, r.is_baseline, "
+            "r.rebaseline_for, m.value, m.ci_low, m.ci_high, m.n "
+            "FROM eval_runs r JOIN generation_metrics m ON m.eval_run_id = r.eval_run_id "
+            "AND m.scope = 'overall' AND m.scope_value = 'answerable' AND m.metric = $metric "
+            "WHERE r.completed_at IS NOT NULL AND ($golden = '' OR r.golden_set = $golden) "
+            "ORDER BY 1, 2",
+            params={"metric": args.metric, "golden": args.golden_set or ""},
+        ).fetchall()
+    if not history:
+        print(f"no completed runs with {args.metric}", file=sys.stderr)
+        return 2
+    print(f"{args.metric} by night (* baseline, R re-baseline run, | corpus changed)")
+    previous = None
+    for (
+        night,
+        run_id,
+        snapshot,
+        digest,
+        is_baseline,
+        rebaseline_for,
+        value,
+        low,
+        high,
+        n,
+    ) in history:
+        if previous is not None and digest != previous:
+            print(f"  | corpus changed: {previous[:12]} -> {digest[:12]} (snapshot {snapshot})")
+        previous = digest
+        mark = "R" if rebaseline_for else ("*" if is_baseline else " ")
+        interval = f"[{low:.3f}, {high:.3f}]" if low is not None else ""
+        print(f"{mark} {night}  {value:.4f} {interval:<16} n={n:<4} {run_id}  corpus {digest[:12]}")
+    return 0
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib import baselines, warehouse
+    from rag_eval_pipeline.lib.run_identity import comparability
+
+    with warehouse.connect(_warehouse_path(), read_only=True) as connection:
+        candidate = baselines.run_identity(connection, args.run_a)
+        baseline = baselines.run_identity(connection, args.run_b)
+        for name, run in ((args.run_a, candidate), (args.run_b, baseline)):
+            if run is None:
+                print(f"error: no evaluation run {name!r} in the warehouse", file=sys.stderr)
+                return 2
+        comparable, reason = comparability(candidate, baseline)
+        print(f"{args.run_a} against {args.run_b}: {reason}")
+        if not comparable:
+            return 1
+        rows = baselines.compare_runs(connection, args.run_a, args.run_b)
+    for row in rows.iter_rows(named=True):
+        print(
+            f"  {row['metric']:<16} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
+            f"delta {row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]  "
+            f"p={row['p_value']:.4f} ({row['test']}, n={row['n']})"
+        )
     return 0
 
 
@@ -188,10 +397,35 @@ def build_parser() -> argparse.ArgumentParser:
     nightly.add_argument(
         "--tag", action="append", nargs=2, metavar=("KEY", "VALUE"), help="Dagster run tag"
     )
+    nightly.add_argument(
+        "--config", help="run configuration YAML (e.g. resources.system.config.evidence_threshold)"
+    )
     nightly.add_argument("--timings", action="store_true", help="print where the time went")
     nightly.add_argument("--verbose", action="store_true", help="show Dagster's debug log")
     nightly.add_argument("--no-summary", dest="print_summary", action="store_false")
+    nightly.add_argument(
+        "--no-guard", dest="guard", action="store_false", help="skip the comparison guard"
+    )
     nightly.set_defaults(handler=command_nightly)
+
+    rebaseline = commands.add_parser(
+        "rebaseline", help="run a night tagged for re-baselining, then the rebaseline job"
+    )
+    rebaseline.add_argument("--partition", help="night (YYYY-MM-DD); default today")
+    rebaseline.add_argument("--reason", required=True, help="why the corpus changed")
+    rebaseline.add_argument("--requested-by", help="who asks (default: $USER)")
+    rebaseline.add_argument("--verbose", action="store_true")
+    rebaseline.set_defaults(handler=command_rebaseline)
+
+    history = commands.add_parser("history", help="a metric over nights, corpus changes marked")
+    history.add_argument("--metric", default="Success@5", help="e.g. Success@5, faithfulness")
+    history.add_argument("--golden-set", help="default: every golden set")
+    history.set_defaults(handler=command_history)
+
+    compare = commands.add_parser("compare", help="paired comparison of two runs")
+    compare.add_argument("run_a", help="candidate eval_run_id")
+    compare.add_argument("run_b", help="baseline eval_run_id")
+    compare.set_defaults(handler=command_compare)
 
     summary = commands.add_parser("summary", help="print an evaluation run's summary")
     summary.add_argument("eval_run_id", nargs="?", help="default: the latest completed run")

@@ -2,12 +2,18 @@
 
 import dagster as dg
 
+from rag_eval_pipeline.defs.comparison import (
+    comparison_guard,
+    rebaseline,
+    run_comparison,
+    run_comparison_job,
+)
 from rag_eval_pipeline.defs.corpus_snapshot import corpus_snapshot
+from rag_eval_pipeline.defs.eval_summary import eval_summary
 from rag_eval_pipeline.defs.generation_run import generation_run
 from rag_eval_pipeline.defs.golden_set import golden_set
 from rag_eval_pipeline.defs.judge_sample import judge_sample
 from rag_eval_pipeline.defs.metric_tables import (
-    eval_summary,
     generation_metrics,
     judge_calibration,
     retrieval_metrics,
@@ -32,6 +38,7 @@ ASSETS = [
     judge_calibration,
     eval_summary,
 ]
+COMPARISON_ASSETS = [run_comparison]
 
 
 def default_resources() -> dict:
@@ -47,8 +54,9 @@ def default_resources() -> dict:
 
 
 defs = dg.Definitions(
-    assets=ASSETS,
-    jobs=[nightly_eval],
+    assets=[*ASSETS, *COMPARISON_ASSETS],
+    jobs=[nightly_eval, rebaseline, run_comparison_job],
     schedules=[nightly_eval_schedule],
+    sensors=[comparison_guard],
     resources=default_resources(),
 )

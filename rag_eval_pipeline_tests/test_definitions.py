@@ -21,12 +21,20 @@ EXPECTED_GRAPH = {
     "retrieval_metrics": ("metrics", ["retrieval_run"]),
     "generation_metrics": ("metrics", ["generation_run", "judge_sample"]),
     "eval_summary": ("metrics", ["generation_metrics", "judge_calibration", "retrieval_metrics"]),
+    "run_comparison": ("comparison", ["eval_summary"]),
 }
 EXPECTED_CHECKS = {
     ("corpus_snapshot", "has_current_passages"),
     ("golden_set", "no_drifted_items"),
     ("golden_set", "no_answer_share"),
     ("generation_run", "answers_cite_retrieved_passages"),
+    ("eval_summary", "gate_success_at_5"),
+    ("eval_summary", "gate_confident_wrong"),
+    ("eval_summary", "gate_refuses_prompt_injection"),
+    ("eval_summary", "gate_refuses_out_of_scope"),
+    ("eval_summary", "gate_faithfulness"),
+    ("run_comparison", "comparable_with_baseline"),
+    ("run_comparison", "gate_no_significant_regression"),
 }
 
 
@@ -58,6 +66,10 @@ def test_jobs_and_schedules():
     assert schedule.execution_timezone == os.environ.get("RAG_EVAL_TIMEZONE", "UTC")
     assert schedule.job_name == "nightly_eval"
     assert sorted(s.name for s in defs.schedules) == ["nightly_eval_schedule"]
+    assert sorted(s.name for s in defs.sensors) == ["comparison_guard"]
+    assert sorted(j.name for j in defs.jobs) == ["nightly_eval", "rebaseline", "run_comparison_job"]
+    nightly = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
+    assert "run_comparison" not in nightly and "eval_summary" in nightly
 
 
 def test_assets_carry_owners_kinds_and_code_versions():

@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS eval_runs (
     rebaseline BOOLEAN NOT NULL DEFAULT FALSE,
     rebaseline_reason VARCHAR,
     rebaseline_requested_by VARCHAR,
+    rebaseline_for VARCHAR,
     started_at TIMESTAMP NOT NULL,
     completed_at TIMESTAMP,
     headline VARCHAR
@@ -210,6 +211,15 @@ CREATE TABLE IF NOT EXISTS rebaseline_offsets (
     offset_value DOUBLE,
     ci_low DOUBLE,
     ci_high DOUBLE,
+    requested_by VARCHAR,
+    reason VARCHAR NOT NULL
+);
+CREATE TABLE IF NOT EXISTS baseline_decisions (
+    golden_set VARCHAR NOT NULL,
+    eval_run_id VARCHAR NOT NULL,
+    decided_at TIMESTAMP NOT NULL,
+    kind VARCHAR NOT NULL,
+    previous_baseline_run_id VARCHAR,
     requested_by VARCHAR,
     reason VARCHAR NOT NULL
 )

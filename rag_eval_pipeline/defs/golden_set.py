@@ -109,6 +109,13 @@ def golden_set(
         check_name="no_drifted_items",
         passed=drifted.height == 0,
         severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{drifted.height} item(s) labelled against {', '.join(sorted(set(golden.items['labelled_against'])))} "
+            f"have an answering passage that is no longer current in {corpus_snapshot['snapshot_id']}: "
+            "re-label them"
+            if drifted.height
+            else "no drifted items"
+        ),
         metadata={
             "drifted_items": drifted.height,
             "examples": dg.MetadataValue.json(drifted.head(10).to_dicts()),

@@ -1,23 +1,19 @@
-"""Metric table assets: retrieval and generation measures, judge calibration, the summary.
+"""Metric table assets: retrieval and generation measures and judge calibration.
 
 Per-item values come from DuckDB SQL in ``sql/`` and Polars; aggregation with intervals is a
 separate step in ``lib``. Every row carries its ``eval_run_id``.
 """
 
-import datetime as dt
-import json
-
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import TEAM, run_link, table_metadata
+from rag_eval_pipeline.defs.metadata import TEAM, table_metadata
 from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource, project_path
 from rag_eval_pipeline.lib import calibration, warehouse
 from rag_eval_pipeline.lib import generation_metrics as gm
 from rag_eval_pipeline.lib import retrieval_metrics as rm
 from rag_eval_pipeline.lib.sql import load_sql
-from rag_eval_pipeline.lib.summary import headline_from_tables, summary_markdown
 
 RETRIEVAL_MEASURES = ("Success", "R", "P", "RR", "nDCG", "nDCG_exp")
 
@@ -266,49 +262,5 @@ def judge_calibration(
             "calibrated": row["calibrated"],
             "kappa": row["kappa"],
             "reason": row["reason"],
-        },
-    )
-
-
-@dg.asset(
-    partitions_def=nightly_partitions,
-    group_name="metrics",
-    owners=[TEAM],
-    kinds={"duckdb"},
-    code_version="eval-summary-v1",
-)
-def eval_summary(
-    context: dg.AssetExecutionContext,
-    retrieval_metrics: dict,
-    generation_metrics: dict,
-    judge_calibration: dict,
-    warehouse_db: WarehouseResource,
-):
-    """One row per evaluation run in ``eval_runs``: identity, digests and headline metrics with
-    intervals, the no-answer stratum apart, marked complete."""
-    run_id = retrieval_metrics["eval_run_id"]
-    with warehouse_db.connect() as connection:
-        headline = headline_from_tables(connection, run_id)
-        connection.execute(
-            "UPDATE eval_runs SET headline = $headline, completed_at = $now WHERE eval_run_id = $run",
-            {
-                "headline": json.dumps(headline, sort_keys=True),
-                "now": dt.datetime.now(dt.UTC).replace(tzinfo=None),
-                "run": run_id,
-            },
-        )
-        markdown = summary_markdown(headline)
-        identity = warehouse.read_frame(
-            connection, "SELECT * FROM eval_runs WHERE eval_run_id = $run", {"run": run_id}
-        )
-    return dg.Output(
-        {**retrieval_metrics, "headline": headline},
-        metadata={
-            **table_metadata(identity, "eval_runs"),
-            "eval_run_id": run_id,
-            "dagster_run": run_link(retrieval_metrics["dagster_run_id"]),
-            "corpus_digest": retrieval_metrics["corpus_digest"],
-            "golden_digest": retrieval_metrics["golden_digest"],
-            "summary": dg.MetadataValue.md(markdown),
         },
     )

@@ -16,6 +16,7 @@ from rag_eval_pipeline.defs.resources import (
 )
 from rag_eval_pipeline.lib import warehouse
 from rag_eval_pipeline.lib.run_identity import (
+    REBASELINE_FOR_TAG,
     REBASELINE_REASON_TAG,
     REBASELINE_TAG,
     REQUESTED_BY_TAG,
@@ -79,14 +80,16 @@ def retrieval_run(
     system_config = system.config()
     judge_config = judge.config()
     partition = context.partition_key if context.has_partition_key else "adhoc"
+    tags = context.run.tags
+    rebaseline_for = tags.get(REBASELINE_FOR_TAG)
     run_id = eval_run_id(
         partition,
         corpus_snapshot["corpus_digest"],
         golden_set["golden_digest"],
         config_digest(system_config),
         config_digest(judge_config),
+        variant=f"rebaseline-for:{rebaseline_for}" if rebaseline_for else "",
     )
-    tags = context.run.tags
     with warehouse_db.connect() as connection:
         passages = load_passages(connection, corpus_snapshot["corpus_digest"])
         items = load_items(connection, golden_set["golden_digest"])
@@ -119,6 +122,7 @@ def retrieval_run(
                     "rebaseline": tags.get(REBASELINE_TAG) == "true",
                     "rebaseline_reason": tags.get(REBASELINE_REASON_TAG),
                     "rebaseline_requested_by": tags.get(REQUESTED_BY_TAG),
+                    "rebaseline_for": rebaseline_for,
                     "started_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
                 }
             ]
@@ -133,6 +137,7 @@ def retrieval_run(
         "golden_digest": golden_set["golden_digest"],
         "system_config": system_config,
         "judge_config": judge_config,
+        "rebaseline_for": rebaseline_for,
     }
     empty = sum(1 for item_hits in hits if not item_hits)
     return dg.Output(

@@ -35,6 +35,7 @@ TABLES = (
     "judge_calibration",
     "run_comparisons",
     "rebaseline_offsets",
+    "baseline_decisions",
 )
 SCOPE_COLUMNS = {
     "eval_run_id",
@@ -62,7 +63,7 @@ def connect(path: Path | str, *, read_only: bool = False, attempts: int = 40) ->
             time.sleep(0.25)
     try:
         if not read_only:
-            for statement in sql_statements("schema"):
+            for statement in [*sql_statements("schema"), *sql_statements("migrations")]:
                 connection.execute(statement)
         yield connection
     finally:

@@ -1,0 +1,275 @@
+"""Pinned comparisons: the real sensor, schedule and jobs on an ephemeral Dagster instance
+holding real materializations of the fixture library."""
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import numpy as np
+import pytest
+from scipy import stats
+from statsmodels.stats.contingency_tables import mcnemar
+
+from rag_eval_pipeline.definitions import ASSETS, defs
+from rag_eval_pipeline.defs.comparison import comparison_guard, run_comparison
+from rag_eval_pipeline.defs.resources import ReferenceSystemResource
+from rag_eval_pipeline.lib.comparison import mcnemar_exact, paired_bootstrap
+from rag_eval_pipeline.lib.corpus import freeze_snapshot
+from rag_eval_pipeline.lib.run_identity import (
+    REBASELINE_REASON_TAG,
+    REBASELINE_TAG,
+    REQUESTED_BY_TAG,
+)
+
+from .conftest import fixture_resources
+
+
+class Nights:
+    """Materializes nights of the fixture library into one ephemeral instance and warehouse."""
+
+    def __init__(self, library: Path, warehouse: Path):
+        self.library = library
+        self.warehouse = warehouse
+        self.instance = dg.DagsterInstance.ephemeral()
+
+    def run(self, night: str, tags: dict | None = None, system: dict | None = None):
+        resources = fixture_resources(self.library, self.warehouse)
+        if system is not None:
+            resources["system"] = ReferenceSystemResource(**system)
+        result = dg.materialize(
+            ASSETS,
+            resources=resources,
+            partition_key=night,
+            instance=self.instance,
+            tags=tags or {},
+        )
+        assert result.success
+        return result
+
+    def compare(self, night: str, run_config: dict | None = None):
+        return dg.materialize(
+            [*ASSETS, run_comparison],
+            selection=[run_comparison],
+            resources=fixture_resources(self.library, self.warehouse),
+            partition_key=night,
+            instance=self.instance,
+            run_config=run_config or {},
+            raise_on_error=False,
+        )
+
+    def tick(self):
+        context = dg.build_sensor_context(instance=self.instance, definitions=defs)
+        return comparison_guard.evaluate_tick(context)
+
+    def query(self, sql: str, parameters: dict | None = None):
+        with duckdb.connect(str(self.warehouse), read_only=True) as connection:
+            return connection.sql(sql, params=parameters).fetchall()
+
+
+@pytest.fixture
+def nights(library, tmp_path):
+    return Nights(library, tmp_path / "w.duckdb")
+
+
+def new_snapshot(library: Path) -> None:
+    """2026-11-01: the fridge procedure revised (v1 superseded by v2 with a new threshold)."""
+    old = library / "2026-10-01"
+    new = library / "2026-11-01"
+    shutil.copytree(old, new)
+    documents = new / "documents"
+    v1 = (documents / "STORE-FRIDGE-001@v1.md").read_text()
+    (documents / "STORE-FRIDGE-001@v1.md").write_text(
+        v1.replace("status: current", "status: superseded\nsuperseded_by: STORE-FRIDGE-001@v2")
+    )
+    (documents / "STORE-FRIDGE-001@v2.md").write_text(
+        v1.replace("version: 1", "version: 2").replace("8 °C", "6 °C")
+    )
+    freeze_snapshot(new)
+
+
+def test_first_run_is_the_baseline_and_nothing_is_compared(nights):
+    nights.run("2026-10-15")
+    tick = nights.tick()
+    assert tick.run_requests == []
+    assert "is the baseline of golden" in tick.skip_message
+    assert nights.query("SELECT kind, reason FROM baseline_decisions") == [
+        ("first_run", "first completed run")
+    ]
+
+
+def test_same_digests_request_the_comparison(nights):
+    nights.run("2026-10-15")
+    nights.tick()
+    nights.run("2026-10-16")
+    tick = nights.tick()
+    assert [r.job_name for r in tick.run_requests] == ["run_comparison_job"]
+    request = tick.run_requests[0]
+    assert request.partition_key == "2026-10-16"
+    candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
+    assert candidate.startswith("2026-10-16-")
+    result = nights.compare("2026-10-16", request.run_config)
+    assert result.success
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks == {"comparable_with_baseline": True, "gate_no_significant_regression": True}
+    rows = nights.query(
+        "SELECT metric, delta, p_value, n, comparable FROM run_comparisons "
+        "WHERE candidate_run_id = $run ORDER BY metric",
+        {"run": candidate},
+    )
+    assert ("Success@5", 0.0, 1.0, 3, True) in rows
+    assert len(rows) == 10
+
+
+def test_different_corpus_digest_is_skipped_with_both_digests(nights, library):
+    nights.run("2026-10-15")
+    new_snapshot(library)
+    nights.run("2026-11-02")
+    tick = nights.tick()
+    assert tick.run_requests == []
+    old_digest, new_digest = (
+        row[0]
+        for row in nights.query("SELECT corpus_digest FROM eval_runs ORDER BY partition_date")
+    )
+    assert old_digest[:12] in tick.skip_message and new_digest[:12] in tick.skip_message
+    assert "rag-eval rebaseline --partition 2026-11-02" in tick.skip_message
+
+
+def test_different_golden_digest_is_skipped(nights, library):
+    nights.run("2026-10-15")
+    golden = library / "golden.jsonl"
+    golden.write_text(
+        golden.read_text().replace("what dose of paracetamol", "what dose of ibuprofen")
+    )
+    nights.run("2026-10-16")
+    tick = nights.tick()
+    assert tick.run_requests == []
+    assert "golden-set digest" in tick.skip_message and "differs" in tick.skip_message
+
+
+def test_rebaseline_tag_without_a_reason_is_refused(nights, library):
+    nights.run("2026-10-15")
+    new_snapshot(library)
+    nights.run("2026-11-02", tags={REBASELINE_TAG: "true"})
+    tick = nights.tick()
+    assert tick.run_requests == []
+    assert "refused: no reason given" in tick.skip_message
+    assert nights.query("SELECT count(*) FROM rebaseline_offsets") == [(0,)]
+
+
+def test_rebaseline_stores_the_offset_and_the_comparison_runs(nights, library):
+    nights.run("2026-10-15")
+    old_baseline = nights.query("SELECT eval_run_id FROM eval_runs")[0][0]
+    new_snapshot(library)
+    reason = "fridge procedure revised"
+    nights.run(
+        "2026-11-02",
+        tags={REBASELINE_TAG: "true", REBASELINE_REASON_TAG: reason, REQUESTED_BY_TAG: "lab owner"},
+    )
+    candidate = nights.query(
+        "SELECT eval_run_id FROM eval_runs WHERE partition_date = '2026-11-02'"
+    )[0][0]
+    tick = nights.tick()
+    assert [r.job_name for r in tick.run_requests] == ["rebaseline"]
+    request = tick.run_requests[0]
+    assert request.tags[REBASELINE_REASON_TAG] == reason
+    # The rebaseline job re-creates the baseline's system configuration from run config.
+    nights.run(
+        "2026-11-02",
+        tags=dict(request.tags),
+        system=request.run_config["resources"]["system"]["config"],
+    )
+    offsets = dict(
+        (metric, (old, new, offset, requested_by))
+        for metric, old, new, offset, requested_by in nights.query(
+            "SELECT metric, old_value, new_value, offset_value, requested_by FROM rebaseline_offsets"
+        )
+    )
+    assert offsets["Success@5"][3] == "lab owner"
+    for old, new, offset, _ in offsets.values():
+        assert offset == pytest.approx(new - old)
+    decisions = nights.query(
+        "SELECT kind, previous_baseline_run_id, requested_by FROM baseline_decisions ORDER BY decided_at"
+    )
+    assert decisions[-1] == ("rebaseline", old_baseline, "lab owner")
+    tick = nights.tick()
+    assert [r.job_name for r in tick.run_requests] == ["run_comparison_job"]
+    compare = tick.run_requests[0]
+    assert compare.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"] == candidate
+    result = nights.compare("2026-11-02", compare.run_config)
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["comparable_with_baseline"] is True
+    compared = nights.query(
+        "SELECT DISTINCT baseline_run_id, comparable FROM run_comparisons WHERE candidate_run_id = $run",
+        {"run": candidate},
+    )
+    assert compared[0][1] is True and compared[0][0] != old_baseline
+
+
+def test_hand_materialized_comparison_across_snapshots_is_blocked(nights, library):
+    nights.run("2026-10-15")
+    new_snapshot(library)
+    nights.run("2026-11-02")
+    result = nights.compare("2026-11-02")
+    # The blocking check fails with ERROR severity, which fails the run itself.
+    assert not result.success
+    evaluation = next(
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "comparable_with_baseline"
+    )
+    assert evaluation.passed is False
+    assert evaluation.severity == dg.AssetCheckSeverity.ERROR
+    assert "not comparable: corpus digest" in evaluation.description
+    assert "rag-eval rebaseline" in evaluation.description
+    rows = nights.query("SELECT metric, comparable FROM run_comparisons")
+    assert rows == [("comparability", False)]
+
+
+def test_schedule_requests_the_nights_partition_at_two():
+    # A night's partition is named by the date the run happens on (end_offset=1), the same
+    # date `make nightly` uses, so the 02:00 tick on 29 November evaluates 2026-11-29.
+    schedule = defs.resolve_schedule_def("nightly_eval_schedule")
+    context = dg.build_schedule_context(
+        scheduled_execution_time=__import__("datetime").datetime(2026, 11, 29, 2, 0)
+    )
+    requests = schedule.evaluate_tick(context).run_requests
+    assert [r.partition_key for r in requests] == ["2026-11-29"]
+    assert requests[0].job_name in (None, "nightly_eval")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "baseline"),
+    [
+        ([1, 1, 0, 0, 1, 0, 1, 1, 0, 1] * 3, [1, 0, 0, 1, 1, 1, 1, 0, 0, 1] * 3),
+        ([1] * 20 + [0] * 5, [0] * 12 + [1] * 13),
+        ([1, 0, 1], [1, 0, 1]),
+    ],
+)
+def test_mcnemar_agrees_with_statsmodels(candidate, baseline):
+    p_value, b, c = mcnemar_exact([bool(x) for x in candidate], [bool(x) for x in baseline])
+    table = [
+        [sum(1 for n, o in zip(candidate, baseline, strict=True) if o and n), b],
+        [c, sum(1 for n, o in zip(candidate, baseline, strict=True) if not o and not n)],
+    ]
+    assert p_value == pytest.approx(mcnemar(table, exact=True).pvalue, abs=1e-12)
+
+
+def test_paired_bootstrap_agrees_with_scipy():
+    rng = np.random.default_rng(7)
+    baseline = rng.random(200)
+    candidate = baseline + rng.normal(0.05, 0.1, 200)
+    delta, low, high, p_value = paired_bootstrap(candidate, baseline, resamples=20000)
+    reference = stats.bootstrap(
+        (candidate, baseline),
+        lambda new, old: np.mean(new - old),
+        paired=True,
+        vectorized=False,
+        n_resamples=20000,
+        method="percentile",
+        random_state=11,
+    ).confidence_interval
+    assert delta == pytest.approx(np.mean(candidate - baseline))
+    assert low == pytest.approx(reference.low, abs=0.003)
+    assert high == pytest.approx(reference.high, abs=0.003)
+    assert p_value < 0.001
