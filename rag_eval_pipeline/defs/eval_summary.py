@@ -15,7 +15,7 @@ import polars as pl
 from rag_eval_pipeline.defs.metadata import TEAM, run_link, table_metadata
 from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource, project_path
-from rag_eval_pipeline.lib import baselines, warehouse
+from rag_eval_pipeline.lib import baselines, report, warehouse
 from rag_eval_pipeline.lib.gates import (
     NOT_CALIBRATED,
     REGRESSION_GATE,
@@ -146,6 +146,11 @@ def eval_summary(
         identity = warehouse.read_frame(
             connection, "SELECT * FROM eval_runs WHERE eval_run_id = $run", {"run": run_id}
         )
+        report_data = report.load_report_data(connection, run_id)
+    rendered = report.render_charts(report_data)
+    report_file = report.write_html_report(
+        report_data, report.report_path_for(project_path(warehouse_db.path), run_id), rendered
+    )
     calibration = headline.get("judge_calibration") or {}
     results = evaluate_gates(
         METRIC_GATES,
@@ -187,6 +192,8 @@ def eval_summary(
             "rebaseline_offset_rows": settled["offset_rows"],
             "gates_file": f"{GATES_FILE.name} (version {GATES_VERSION})",
             "summary": dg.MetadataValue.md(markdown),
+            "charts": dg.MetadataValue.md(report.report_markdown(report_data, rendered)),
+            "report": dg.MetadataValue.path(str(report_file)),
         },
     )
     for result in results:

@@ -10,7 +10,7 @@ import polars as pl
 from rag_eval_pipeline.defs.metadata import TEAM, table_metadata
 from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource, project_path
-from rag_eval_pipeline.lib import calibration, warehouse
+from rag_eval_pipeline.lib import calibration, charts, report, warehouse
 from rag_eval_pipeline.lib import generation_metrics as gm
 from rag_eval_pipeline.lib import retrieval_metrics as rm
 from rag_eval_pipeline.lib.sql import load_sql
@@ -110,6 +110,7 @@ def retrieval_metrics(
             {"eval_run_id": run_id},
         )
         warehouse.replace_rows(connection, "retrieval_metrics", table, {"eval_run_id": run_id})
+        history = report.load_history(connection, run_id)
     headline = table.filter(
         (pl.col("scope") == "overall")
         & pl.col("measure").is_in(["Success@5", "R@5", "RR@5", "nDCG@10"])
@@ -124,6 +125,11 @@ def retrieval_metrics(
             "rel_level": settings.rel_level,
             "excluded_items_without_relevant_gold": len(excluded),
             "headline": dg.MetadataValue.md(_markdown_table(headline)),
+            "success_at_5_trend_chart": dg.MetadataValue.md(
+                charts.markdown_image(
+                    "Success@5 night by night", charts.metric_trend_png(history, "Success@5")
+                )
+            ),
             "sql": dg.MetadataValue.md(
                 "```sql\n"
                 + load_sql("retrieval_per_query")
@@ -215,6 +221,28 @@ def generation_metrics(
             "corpus_digest": generation_run["corpus_digest"],
             "golden_digest": golden_digest,
             "recommended_evidence_threshold": recommended,
+            "abstention_sweep_chart": dg.MetadataValue.md(
+                charts.markdown_image(
+                    "Abstention sweep", charts.abstention_sweep_png(sweep, recommended)
+                )
+            ),
+            "no_answer_strata_chart": dg.MetadataValue.md(
+                charts.markdown_image(
+                    "No-answer strata",
+                    charts.stratum_bars_png(
+                        table.filter(
+                            (
+                                (pl.col("scope") == "stratum")
+                                & (pl.col("scope_value") != "answerable")
+                            )
+                            | (
+                                (pl.col("scope") == "overall")
+                                & (pl.col("scope_value") == "no_answer")
+                            )
+                        )
+                    ),
+                )
+            ),
             "sufficiency_x_correctness": dg.MetadataValue.md(
                 _markdown_table(two_by_two.drop("eval_run_id"))
             ),

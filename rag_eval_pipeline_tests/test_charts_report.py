@@ -1,0 +1,395 @@
+"""Charts and the per-run HTML report, on two real nights in a temporary warehouse.
+
+The bundled nightly runs twice through the ``rag-eval`` command: 2026-10-15 (snapshot
+2026-10-01) and 2026-11-02 (snapshot 2026-11-01, another corpus digest), so the history of the
+golden set has exactly one corpus change.
+"""
+
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import matplotlib.image
+import polars as pl
+import pytest
+from matplotlib.text import Text
+from PIL import Image
+
+from rag_eval_pipeline.lib import charts, report
+from rag_eval_pipeline.lib.golden import NO_ANSWER_STRATA
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+RAG_EVAL = Path(sys.executable).parent / "rag-eval"
+NIGHTS = ("2026-10-15", "2026-11-02")
+TONIGHT = NIGHTS[-1]
+IMAGE = '<img src="data:image/png;base64,'
+
+
+@pytest.fixture(scope="module")
+def warehouse_path(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("dagster_home")
+    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    path = tmp_path_factory.mktemp("warehouse") / "rag_eval.duckdb"
+    environment = {**os.environ, "DAGSTER_HOME": str(home), "RAG_EVAL_WAREHOUSE": str(path)}
+    for night in NIGHTS:
+        done = subprocess.run(
+            [str(RAG_EVAL), "nightly", "--partition", night, "--no-summary"],
+            env=environment,
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, f"nightly {night} failed:\n{done.stderr}"
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(warehouse_path) -> dict[str, dict]:
+    """The ``eval_runs`` row of each night."""
+    with duckdb.connect(str(warehouse_path), read_only=True) as connection:
+        rows = connection.sql(
+            "SELECT partition_date, eval_run_id, dagster_run_id, corpus_digest FROM eval_runs"
+        ).pl()
+    assert sorted(rows["partition_date"]) == list(NIGHTS)
+    return {row["partition_date"]: row for row in rows.to_dicts()}
+
+
+@pytest.fixture(scope="module")
+def report_data(warehouse_path, runs) -> dict:
+    with duckdb.connect(str(warehouse_path), read_only=True) as connection:
+        return report.load_report_data(connection, runs[TONIGHT]["eval_run_id"])
+
+
+@pytest.fixture(scope="module")
+def rendered(report_data) -> dict[str, bytes]:
+    return report.render_charts(report_data)
+
+
+def texts(figure) -> list[str]:
+    """Every piece of text drawn on a figure: titles, labels, annotations."""
+    return [artist.get_text() for artist in figure.findobj(Text)]
+
+
+def dashed_vertical_lines(figure) -> list:
+    axes = figure.axes[0]
+    return [
+        line
+        for line in axes.get_lines()
+        if line.get_linestyle() == "--" and len(set(line.get_xdata())) == 1
+    ]
+
+
+def trend_history(report_data) -> pl.DataFrame:
+    return pl.DataFrame(report_data["history"]).filter(pl.col("metric") == "Success@5")
+
+
+def test_each_chart_is_a_png_of_the_stated_size(rendered):
+    assert set(rendered) == set(report.CHART_NAMES)
+    for name, png in rendered.items():
+        assert png.startswith(charts.PNG_SIGNATURE), name
+        with Image.open(io.BytesIO(png)) as image:
+            assert image.format == "PNG"
+            assert image.size == (charts.WIDTH_PX, charts.HEIGHT_PX)
+            # More than background, text and one colour: something was drawn.
+            assert len(image.convert("RGB").getcolors(maxcolors=1 << 16)) > 16
+        pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
+        assert pixels.shape[:2] == (charts.HEIGHT_PX, charts.WIDTH_PX)
+
+
+def test_the_same_data_gives_the_same_bytes(report_data, rendered, tmp_path):
+    assert report.render_charts(report_data) == rendered
+    # Another interpreter with another hash seed: nothing may depend on set or dict order.
+    data_file = tmp_path / "report_data.json"
+    data_file.write_text(json.dumps(report_data), encoding="utf-8")
+    script = (
+        "import hashlib, json, sys\n"
+        "from rag_eval_pipeline.lib import report\n"
+        "data = json.load(open(sys.argv[1], encoding='utf-8'))\n"
+        "charts = report.render_charts(data)\n"
+        "print(json.dumps({k: hashlib.sha256(v).hexdigest() for k, v in charts.items()}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(data_file)],
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        name: hashlib.sha256(png).hexdigest() for name, png in rendered.items()
+    }
+
+
+def test_history_holds_both_nights_in_order(report_data, runs):
+    history = trend_history(report_data)
+    assert history["partition_date"].to_list() == list(NIGHTS)
+    assert history["eval_run_id"].to_list() == [runs[night]["eval_run_id"] for night in NIGHTS]
+    assert history["corpus_digest"].to_list() == [runs[night]["corpus_digest"] for night in NIGHTS]
+    assert history["corpus_digest"].n_unique() == 2
+    assert set(pl.DataFrame(report_data["history"])["metric"]) == set(report.HISTORY_MEASURES)
+
+
+def test_history_keeps_to_completed_runs_of_the_same_golden_set_and_system(
+    warehouse_path, runs, tmp_path
+):
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(warehouse_path, copy)
+    first, tonight = (runs[night]["eval_run_id"] for night in NIGHTS)
+    with duckdb.connect(str(copy)) as connection:
+        assert report.load_history(connection, tonight)["eval_run_id"].unique().len() == 2
+        connection.execute(
+            "UPDATE eval_runs SET completed_at = NULL WHERE eval_run_id = $run", {"run": first}
+        )
+        # An unfinished run is left out of others' history but is in its own.
+        assert set(report.load_history(connection, tonight)["eval_run_id"]) == {tonight}
+        assert set(report.load_history(connection, first)["eval_run_id"]) == {first, tonight}
+        connection.execute(
+            "UPDATE eval_runs SET completed_at = now(), system_config_digest = 'other' "
+            "WHERE eval_run_id = $run",
+            {"run": first},
+        )
+        assert set(report.load_history(connection, tonight)["eval_run_id"]) == {tonight}
+        with pytest.raises(KeyError, match="no-such-run"):
+            report.load_history(connection, "no-such-run")
+
+
+def test_the_report_lives_beside_the_warehouse(warehouse_path):
+    assert report.report_path_for(warehouse_path, "2026-11-02-abc") == (
+        warehouse_path.parent / "reports" / "2026-11-02-abc.html"
+    )
+
+
+def test_the_trend_marks_exactly_the_one_corpus_change(report_data, runs):
+    history = trend_history(report_data)
+    assert charts.corpus_changes(history) == [1]
+    figure = charts.metric_trend_figure(history, "Success@5")
+    lines = dashed_vertical_lines(figure)
+    assert len(lines) == 1
+    assert set(lines[0].get_xdata()) == {0.5}  # between the two nights
+    new_digest = runs[TONIGHT]["corpus_digest"][:8]
+    old_digest = runs[NIGHTS[0]]["corpus_digest"][:8]
+    labels = texts(figure)
+    assert sum(new_digest in label for label in labels) == 1
+    assert not any(old_digest in label for label in labels)
+
+
+@pytest.mark.parametrize(
+    ("digests", "changes"),
+    [
+        (["a", "a", "b", "b", "a"], [2, 4]),
+        (["a", "a", "a"], []),
+        (["a"], []),
+        ([], []),
+    ],
+)
+def test_corpus_changes_finds_every_change_of_digest(digests, changes):
+    history = pl.DataFrame(
+        {
+            "partition_date": [f"2026-10-{day + 1:02d}" for day in range(len(digests))],
+            "corpus_digest": digests,
+        },
+        schema={"partition_date": pl.String, "corpus_digest": pl.String},
+    )
+    assert charts.corpus_changes(history) == changes
+
+
+def test_corpus_changes_follow_night_order_not_row_order():
+    history = pl.DataFrame(
+        {
+            "partition_date": ["2026-10-03", "2026-10-01", "2026-10-02"],
+            "corpus_digest": ["b", "a", "a"],
+        }
+    )
+    assert charts.corpus_changes(history) == [2]
+
+
+def test_the_sweep_marks_the_recommended_threshold(report_data):
+    sweep = pl.DataFrame(report_data["abstention_sweep"])
+    recommended = sweep.filter(pl.col("recommended")).row(0, named=True)
+    assert report_data["recommended_threshold"] == recommended["threshold"]
+    figure = charts.abstention_sweep_figure(sweep, recommended["threshold"])
+    lines = dashed_vertical_lines(figure)
+    assert [set(line.get_xdata()) for line in lines] == [{recommended["threshold"]}]
+    label = next(t for t in texts(figure) if t.startswith("Recommended "))
+    assert f"{recommended['threshold']:.2f}" in label
+    assert f"{recommended['unanswerable_answered']} unanswerable answered" in label
+    assert f"{recommended['answerable_refused']} answerable refused" in label
+
+
+def test_the_stratum_bars_show_every_no_answer_stratum_with_its_n(report_data):
+    rows = pl.DataFrame(report_data["headline"]["no_answer"])
+    figure = charts.stratum_bars_figure(rows)
+    axes = figure.axes[0]
+    assert [tick.get_text() for tick in axes.get_yticklabels()] == [
+        charts.STRATUM_WORDS[s] for s in (*NO_ANSWER_STRATA, "no_answer")
+    ]
+    assert len(axes.patches) == 2 * (len(NO_ANSWER_STRATA) + 1)
+    labels = texts(figure)
+    for row in rows.iter_rows(named=True):
+        assert f"{row['value']:.0%}  n={row['n']}" in labels
+
+
+def test_the_html_report_is_self_contained_and_complete(report_data, rendered, runs, tmp_path):
+    target = tmp_path / "reports" / f"{runs[TONIGHT]['eval_run_id']}.html"
+    assert report.write_html_report(report_data, target, rendered) == target
+    assert [p.name for p in target.parent.iterdir()] == [target.name]
+    page = target.read_text(encoding="utf-8")
+    for night in NIGHTS:
+        assert runs[night]["corpus_digest"] in page
+    assert runs[TONIGHT]["eval_run_id"] in page
+    assert runs[TONIGHT]["dagster_run_id"] in page
+    assert report_data["run"]["golden_digest"] in page
+    assert page.count(IMAGE) == 3
+    inlined = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert sorted(base64.b64decode(b) for b in inlined) == sorted(rendered.values())
+    no_answer = page.index("No-answer questions")
+    for stratum in NO_ANSWER_STRATA:
+        assert stratum in page[no_answer:]
+    assert "answer correct" in page and "context insufficient" in page
+    assert "Recommended evidence threshold" in page
+
+
+def test_the_html_report_escapes_text(report_data, rendered, tmp_path):
+    hostile = {**report_data, "run": {**report_data["run"], "rebaseline_reason": "<b>&'x'"}}
+    page = report.write_html_report(hostile, tmp_path / "r.html", rendered).read_text()
+    assert "<b>&'x'" not in page
+    assert "&lt;b&gt;&amp;&#x27;x&#x27;" in page
+
+
+def test_a_failed_write_leaves_the_previous_report(report_data, rendered, tmp_path, monkeypatch):
+    target = report.write_html_report(report_data, tmp_path / "r.html", rendered)
+    before = target.read_bytes()
+
+    def rename_fails(source, destination):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(report.os, "replace", rename_fails)
+    changed = {**report_data, "run": {**report_data["run"], "rebaseline_reason": "changed"}}
+    with pytest.raises(OSError, match="disk full"):
+        report.write_html_report(changed, target, rendered)
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_report_markdown_embeds_the_three_charts(report_data, rendered, runs):
+    markdown = report.report_markdown(report_data, rendered)
+    inlined = re.findall(r"!\[[^\]]+\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", markdown)
+    assert sorted(base64.b64decode(b) for b in inlined) == sorted(rendered.values())
+    assert runs[TONIGHT]["eval_run_id"] in markdown
+
+
+def test_an_unknown_run_has_no_report(warehouse_path):
+    with (
+        duckdb.connect(str(warehouse_path), read_only=True) as connection,
+        pytest.raises(KeyError, match="no-such-run"),
+    ):
+        report.load_report_data(connection, "no-such-run")
+
+
+PARTIAL_SWEEP_SCHEMA = {"threshold": pl.Float64, "unanswerable_answered": pl.Int64}
+EMPTY_HISTORY = pl.DataFrame(
+    schema={name: pl.String for name in charts.TREND_COLUMNS if name != "value"}
+    | {"value": pl.Float64}
+)
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        pytest.param(
+            lambda: charts.abstention_sweep_figure(pl.DataFrame(schema=report.SWEEP_SCHEMA), None),
+            id="sweep-without-rows",
+        ),
+        pytest.param(
+            lambda: charts.abstention_sweep_figure(pl.DataFrame(schema=PARTIAL_SWEEP_SCHEMA), 1.0),
+            id="sweep-missing-a-column",
+        ),
+        pytest.param(
+            lambda: charts.abstention_sweep_figure(
+                pl.DataFrame(
+                    {"threshold": [None, 1.0], "unanswerable_answered": [3, None]}
+                ).with_columns(answerable_refused=pl.lit(None)),
+                None,
+            ),
+            id="sweep-only-incomplete-rows",
+        ),
+        pytest.param(lambda: charts.metric_trend_figure(EMPTY_HISTORY, "Success@5"), id="trend"),
+        pytest.param(
+            lambda: charts.metric_trend_figure(
+                pl.DataFrame(
+                    {
+                        "partition_date": ["2026-10-15"],
+                        "eval_run_id": ["r"],
+                        "corpus_digest": ["d"],
+                        "metric": ["nDCG@10"],
+                        "value": [0.5],
+                        "ci_low": [0.4],
+                        "ci_high": [0.6],
+                    }
+                ),
+                "Success@5",
+            ),
+            id="trend-other-metric-only",
+        ),
+        pytest.param(
+            lambda: charts.stratum_bars_figure(pl.DataFrame(schema=report.STRATUM_SCHEMA)),
+            id="strata-without-rows",
+        ),
+        pytest.param(
+            lambda: charts.stratum_bars_figure(
+                pl.DataFrame(
+                    {
+                        "scope_value": ["near_miss"],
+                        "metric": ["faithfulness"],
+                        "value": [1.0],
+                        "ci_low": [None],
+                        "ci_high": [None],
+                        "n": [3],
+                    }
+                )
+            ),
+            id="strata-other-metrics-only",
+        ),
+    ],
+)
+def test_unusable_input_gives_a_chart_that_says_no_data(draw):
+    figure = draw()
+    assert charts.NO_DATA in texts(figure)
+    png = charts.figure_png(figure)
+    with Image.open(io.BytesIO(png)) as image:
+        assert image.size == (charts.WIDTH_PX, charts.HEIGHT_PX)
+
+
+def test_a_chart_with_data_does_not_say_no_data(report_data):
+    figure = charts.metric_trend_figure(trend_history(report_data), "Success@5")
+    assert charts.NO_DATA not in texts(figure)
+
+
+def test_the_png_entry_points_survive_empty_input():
+    for png in (
+        charts.abstention_sweep_png(pl.DataFrame(schema=report.SWEEP_SCHEMA), None),
+        charts.metric_trend_png(EMPTY_HISTORY, "nDCG@10"),
+        charts.stratum_bars_png(pl.DataFrame(schema=report.STRATUM_SCHEMA)),
+    ):
+        assert png.startswith(charts.PNG_SIGNATURE)
+
+
+def test_data_uri_and_markdown_image_round_trip(rendered):
+    png = rendered["strata"]
+    uri = charts.png_data_uri(png)
+    assert uri.startswith("data:image/png;base64,")
+    assert base64.b64decode(uri.split(",", 1)[1]) == png
+    assert charts.markdown_image("a [b] c", png) == f"![a \\[b\\] c]({uri})"
+    with pytest.raises(ValueError, match="PNG signature"):
+        charts.png_data_uri(b"GIF89a")
