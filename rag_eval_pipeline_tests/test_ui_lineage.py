@@ -49,6 +49,7 @@ GROUPS = {
     "retrieval_metrics": "metrics",
     "generation_metrics": "metrics",
     "eval_summary": "metrics",
+    "run_comparison": "comparison",
 }
 EDGES = {
     ("corpus_snapshot", "golden_set"),
@@ -63,6 +64,7 @@ EDGES = {
     ("retrieval_metrics", "eval_summary"),
     ("generation_metrics", "eval_summary"),
     ("judge_calibration", "eval_summary"),
+    ("eval_summary", "run_comparison"),
 }
 CHECKS = {
     "corpus_snapshot": {"has_current_passages"},
