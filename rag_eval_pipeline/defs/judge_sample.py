@@ -9,10 +9,14 @@ from rag_eval_pipeline.defs.resources import (
     DeterministicJudgeResource,
     EvalSettings,
     WarehouseResource,
+    project_path,
 )
 from rag_eval_pipeline.lib import warehouse
 from rag_eval_pipeline.lib.judge import ENTAILED
 from rag_eval_pipeline.lib.sampling import stratified_sample
+from rag_eval_pipeline.lib.traces import load_traces
+
+PRODUCTION = "production"
 
 VERDICT_SCHEMA = {
     "eval_run_id": pl.String,
@@ -91,32 +95,67 @@ def judge_sample(
     judge: DeterministicJudgeResource,
     warehouse_db: WarehouseResource,
 ):
-    """A seeded sample of tonight's answered traces, stratified by stratum, split into claims
+    """A seeded sample of tonight's answered traces and, when ``trace_store`` is set, answered
+    production traces (stratum ``production``), stratified by stratum, split into claims
     (qualifiers kept) and judged ENTAILED / CONTRADICTED / UNSUPPORTED against the context sent,
-    with the passage that supports or contradicts each claim. Written to ``judge_verdicts``."""
+    with the passage that supports or contradicts each claim. Written to ``judge_verdicts`` with
+    ``source`` golden or production. A production trace is judged against the passage texts of
+    its own corpus digest; traces whose corpus state is not in the warehouse are left out."""
     run_id = generation_run["eval_run_id"]
     the_judge = judge.build()
     with warehouse_db.connect() as connection:
         answered = warehouse.read_frame(
             connection,
-            "SELECT g.item_id, g.answer, g.context_ids, i.stratum "
+            "SELECT g.item_id, g.answer, g.context_ids, i.stratum, $digest AS corpus_digest, "
+            "'golden' AS source "
             "FROM generation_results g JOIN golden_items i "
             "ON i.item_id = g.item_id AND i.golden_digest = $golden "
             "WHERE g.eval_run_id = $run AND NOT g.refused ORDER BY g.item_id",
-            {"run": run_id, "golden": generation_run["golden_digest"]},
+            {
+                "run": run_id,
+                "golden": generation_run["golden_digest"],
+                "digest": generation_run["corpus_digest"],
+            },
+        )
+        known = warehouse.read_frame(
+            connection, "SELECT DISTINCT corpus_digest FROM corpus_snapshots"
+        )["corpus_digest"]
+        production = answered.clear()
+        if settings.trace_store:
+            production = (
+                load_traces(project_path(settings.trace_store))
+                .filter(~pl.col("refused"))
+                .select(
+                    pl.col("trace_id").alias("item_id"),
+                    "answer",
+                    "context_ids",
+                    pl.lit(PRODUCTION).alias("stratum"),
+                    "corpus_digest",
+                    pl.lit(PRODUCTION).alias("source"),
+                )
+            )
+        unknown_corpus = production.filter(~pl.col("corpus_digest").is_in(known.implode()))
+        candidates = pl.concat(
+            [answered, production.join(unknown_corpus, on="item_id", how="anti")]
         )
         sample = stratified_sample(
-            answered, settings.judge_sample_size, by="stratum", seed=settings.seed
+            candidates, settings.judge_sample_size, by="stratum", seed=settings.seed
         )
         passages = warehouse.read_frame(
             connection,
-            "SELECT passage_id, text FROM corpus_passages WHERE corpus_digest = $digest",
-            {"digest": generation_run["corpus_digest"]},
+            "SELECT DISTINCT passage_id, text FROM corpus_passages "
+            "WHERE list_contains($digests, corpus_digest)",
+            {"digests": [generation_run["corpus_digest"], *sample["corpus_digest"].unique()]},
         )
         texts = dict(zip(passages["passage_id"], passages["text"], strict=True))
-        verdicts = pl.DataFrame(
-            judge_traces(the_judge, sample, texts, run_id, "golden"), schema=VERDICT_SCHEMA
-        )
+        rows = [
+            row
+            for source in ("golden", PRODUCTION)
+            for row in judge_traces(
+                the_judge, sample.filter(pl.col("source") == source), texts, run_id, source
+            )
+        ]
+        verdicts = pl.DataFrame(rows, schema=VERDICT_SCHEMA)
         warehouse.replace_rows(connection, "judge_verdicts", verdicts, {"eval_run_id": run_id})
     counts = {
         row["verdict"]: row["len"]
@@ -130,6 +169,8 @@ def judge_sample(
             "judge_id": the_judge.judge_id,
             "sampled_items": sample.height,
             "answered_items": answered.height,
+            "sampled_production_traces": int((sample["source"] == PRODUCTION).sum()),
+            "production_traces_without_corpus": unknown_corpus.height,
             "verdicts": dg.MetadataValue.json(counts),
             "corpus_digest": generation_run["corpus_digest"],
         },

@@ -185,10 +185,18 @@ def generation_metrics(
             {"golden": golden_digest},
         )
         verdicts = warehouse.read_frame(
-            connection, "SELECT * FROM judge_verdicts WHERE eval_run_id = $run", {"run": run_id}
+            connection,
+            "SELECT * FROM judge_verdicts WHERE eval_run_id = $run AND source = 'golden'",
+            {"run": run_id},
         )
         outcomes = gm.item_outcomes(items, responses, gold, rel_level=settings.rel_level)
         table = gm.scoped_summary(outcomes, gm.judged_items(verdicts), seed=settings.seed)
+        guarded = outcomes.join(responses.select("item_id", "refusal_reason"), on="item_id")
+        guardrail_rows = [
+            {"scope": "guardrail", "scope_value": "all_items", **row}
+            for row in gm.guardrail_metrics(guarded)
+        ]
+        table = pl.concat([table, pl.DataFrame(guardrail_rows, schema=table.schema)])
         table = table.with_columns(eval_run_id=pl.lit(run_id))
         two_by_two = gm.sufficiency_table(outcomes).with_columns(eval_run_id=pl.lit(run_id))
         refused_otherwise = responses.select(

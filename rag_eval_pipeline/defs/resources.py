@@ -127,3 +127,22 @@ class LLMJudgeResource(dg.ConfigurableResource):
             "model": self.model,
             "prompt_version": PROMPT_VERSION,
         }
+
+
+class ReplaySystemResource(dg.ConfigurableResource):
+    """Replay of a trace file (JSONL or Parquet, ``docs/TRACES.md``) as the system under test.
+
+    Its configuration carries the trace file's SHA-256 digest, so replaying two different
+    trace files gives two different evaluation runs."""
+
+    path: str
+
+    def config(self) -> dict:
+        from rag_eval_pipeline.lib.system import ReplaySystem
+
+        return ReplaySystem.config_of(project_path(self.path))
+
+    def build(self, passages: pl.DataFrame) -> SystemUnderTest:
+        from rag_eval_pipeline.lib.system import ReplaySystem
+
+        return ReplaySystem(project_path(self.path), passages)

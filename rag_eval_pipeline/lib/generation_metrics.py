@@ -8,8 +8,9 @@ Per item (``item_outcomes``):
 - ``exact_match`` / ``token_f1``: the official SQuAD 2.0 definitions (lowercase, punctuation and
   the articles a/an/the removed, whitespace collapsed; the maximum over reference answers; a
   no-answer item scores 1 only for an empty prediction). A refusal predicts the empty string;
-  citation markers are removed before scoring. An answerable item without reference answers has
-  no SQuAD score (null) rather than the no-answer case's 1.
+  citation markers ``[id]`` naming a passage of the context sent (or a cited id) are removed
+  before scoring, other bracketed text is kept. An answerable item without reference answers
+  has no SQuAD score (null) rather than the no-answer case's 1.
 - ``context_sufficient``: a gold passage at or above the relevance level was in the context sent.
 - ``confident_wrong``: answered and not correct.
 
@@ -26,6 +27,11 @@ Rates (``summarise``), each with ``n`` (its denominator) and an interval:
 - ``false_refusal_rate``: answerable refused / answerable.
 - ``correct_refusal_rate``: no-answer refused / no-answer; ``refusal_precision``: refusals on
   no-answer items / all refusals. The no-answer strata are reported apart, never in the headline.
+
+Guardrails, each measured on its own (``guardrail_metrics``, rates defined there): the input
+check's block rates on ``prompt_injection`` and ``out_of_scope`` items and its false blocks on
+answerable items; the evidence check's refusals of no-answer items and false refusals of
+answerable items that passed the input check; the citation check's rejections among answers.
 """
 
 import math
@@ -37,12 +43,13 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from rag_eval_pipeline.lib import guardrails
 from rag_eval_pipeline.lib.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.statistics import bootstrap_mean_interval, wilson_interval
 
 CITATION_MARK = re.compile(r"\s*\[[^\[\]\s]+\]")
 ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-PUNCTUATION = set(string.punctuation)
+PUNCTUATION_DELETION = str.maketrans("", "", string.punctuation)
 
 OUTCOME_SCHEMA = {
     "item_id": pl.String,
@@ -61,24 +68,34 @@ OUTCOME_SCHEMA = {
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lowercase, drop punctuation and articles, collapse whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
+    """SQuAD normalisation: lowercase, drop punctuation and articles, collapse whitespace.
+
+    Punctuation is ``string.punctuation``, as in the official script, deleted in one
+    ``str.translate`` pass rather than character by character (the same result, faster).
+    """
+    text = text.lower().translate(PUNCTUATION_DELETION)
     return " ".join(ARTICLES.sub(" ", text).split())
 
 
 def exact_match(prediction: str, references: Sequence[str]) -> float:
-    """SQuAD exact match, maximum over references; no references means the no-answer case."""
-    references = [r for r in references if normalize_answer(r)] or [""]
-    return max(float(normalize_answer(prediction) == normalize_answer(r)) for r in references)
+    """SQuAD exact match, maximum over references; no references means the no-answer case.
+
+    As in the official script, a reference that normalises to nothing is dropped, and an item
+    left without references is scored against the empty answer."""
+    golds = [gold for gold in map(normalize_answer, references) if gold] or [""]
+    predicted = normalize_answer(prediction)
+    return max(float(predicted == gold) for gold in golds)
 
 
 def token_f1(prediction: str, references: Sequence[str]) -> float:
-    """SQuAD token F1, maximum over references; an empty side scores 1 only if both are empty."""
-    references = [r for r in references if normalize_answer(r)] or [""]
-    best = 0.0
+    """SQuAD token F1, maximum over references; an empty side scores 1 only if both are empty.
+
+    Tokens are the whitespace-separated words of the normalised texts; overlap counts shared
+    tokens with multiplicity (the official ``Counter`` intersection)."""
+    golds = [gold.split() for gold in map(normalize_answer, references) if gold] or [[]]
     predicted = normalize_answer(prediction).split()
-    for reference in references:
-        gold = normalize_answer(reference).split()
+    best = 0.0
+    for gold in golds:
         if not predicted or not gold:
             best = max(best, float(predicted == gold))
             continue
@@ -104,7 +121,7 @@ def item_outcomes(
     """One row per item with the outcome columns of ``OUTCOME_SCHEMA``.
 
     ``items``: golden items; ``responses``: ``item_id, refused, answer, context_ids,
-    citation_valid, best_score``; ``gold``: ``item_id, passage_id, grade``.
+    citation_valid, best_score`` (and ``cited_ids`` when known); ``gold``: ``item_id, passage_id, grade``.
     """
     relevant = (
         gold.filter(pl.col("grade") >= rel_level)
@@ -117,7 +134,19 @@ def item_outcomes(
     rows = []
     for row in joined.iter_rows(named=True):
         refused = bool(row["refused"]) if row["refused"] is not None else True
-        prediction = "" if refused else strip_citations(row["answer"] or "")
+        # Only markers naming a passage the answer could cite are citations: SQuAD answers such
+        # as "Z[i]" or "wid[en]" keep their brackets, as the official script scores them.
+        citable = set(row["context_ids"] or []) | set(row.get("cited_ids") or [])
+        prediction = (
+            ""
+            if refused
+            else CITATION_MARK.sub(
+                lambda mark, ids=citable: (
+                    "" if mark.group(0).strip()[1:-1] in ids else mark.group(0)
+                ),
+                row["answer"] or "",
+            ).strip()
+        )
         references = row["reference_answers"] if row["answerable"] else []
         # An answerable item without reference answers has no SQuAD score (not a no-answer 1.0).
         scorable = not row["answerable"] or bool(references)
@@ -406,6 +435,63 @@ def sweep_thresholds(best_scores: Sequence[float | None], points: int = 60) -> l
         positions = np.linspace(0, len(observed) - 1, points).round().astype(int)
         observed = sorted({observed[i] for i in positions})
     return [0.0, *observed, (observed[-1] + 1e-3) if observed else 1.0]
+
+
+def guardrail_metrics(outcomes_with_reasons: pl.DataFrame) -> list[dict]:
+    """How well each guardrail of the system did its own job, from the refusal reasons.
+
+    ``outcomes_with_reasons`` has one row per item with ``stratum``, ``answerable``, ``refused``
+    and ``refusal_reason`` (``generation_results.refusal_reason``: ``input_check:...``,
+    ``evidence_check:...``, ``citation_check:...``; see ``lib.guardrails``). Each rate is a
+    proportion with a Wilson 95% interval; ``n`` is its denominator, and a rate whose
+    denominator is empty is left out. The guardrails run in order (input check, evidence
+    check, answer, citation check), so each is measured on the items that reached it:
+
+    - ``input_check_override_blocked``: ``prompt_injection`` items refused with
+      ``input_check:prompt_override`` / ``prompt_injection`` items;
+    - ``input_check_out_of_scope_blocked``: ``out_of_scope`` items refused with
+      ``input_check:out_of_scope`` / ``out_of_scope`` items;
+    - ``input_check_false_block_rate``: answerable items refused by any ``input_check:*`` /
+      answerable items;
+    - ``evidence_check_no_answer_refused``: no-answer items refused by ``evidence_check:*`` /
+      no-answer items not refused by the input check;
+    - ``evidence_check_false_refusal_rate``: answerable items refused by ``evidence_check:*`` /
+      answerable items not refused by the input check;
+    - ``citation_check_rejection_rate``: answers rejected by ``citation_check:*`` / answers
+      given (items answered, plus those whose answer the citation check rejected).
+    """
+    reason = pl.col("refusal_reason").fill_null("")
+    blocked = pl.col("refused") & reason.str.starts_with("input_check:")
+    by_evidence = pl.col("refused") & reason.str.starts_with("evidence_check:")
+    by_citation = pl.col("refused") & reason.str.starts_with("citation_check:")
+    answerable = pl.col("answerable")
+    stratum = pl.col("stratum")
+    # (metric, items it is measured on, items among them that count as successes)
+    rates = (
+        (
+            "input_check_override_blocked",
+            stratum == "prompt_injection",
+            pl.col("refused") & (reason == guardrails.PROMPT_OVERRIDE),
+        ),
+        (
+            "input_check_out_of_scope_blocked",
+            stratum == "out_of_scope",
+            pl.col("refused") & (reason == guardrails.OUT_OF_SCOPE),
+        ),
+        ("input_check_false_block_rate", answerable, blocked),
+        ("evidence_check_no_answer_refused", ~answerable & ~blocked, by_evidence),
+        ("evidence_check_false_refusal_rate", answerable & ~blocked, by_evidence),
+        ("citation_check_rejection_rate", ~pl.col("refused") | by_citation, by_citation),
+    )
+    counts = outcomes_with_reasons.select(
+        *(within.sum().alias(f"{name}:n") for name, within, _ in rates),
+        *((within & success).sum().alias(f"{name}:k") for name, within, success in rates),
+    ).row(0, named=True)
+    metrics = [
+        _proportion(name, int(counts[f"{name}:k"]), int(counts[f"{name}:n"]))
+        for name, _, _ in rates
+    ]
+    return [m for m in metrics if m["n"]]
 
 
 __all__ = ["NO_ANSWER_STRATA"]

@@ -77,13 +77,27 @@ def split_claims(answer: str) -> list[Claim]:
     return claims
 
 
+def _units(text: str) -> list[str]:
+    """A passage's sentences, and the semicolon clauses of those that have several: claims are
+    split at semicolons, so a claim is compared with the clause it came from as well as with the
+    whole sentence (a "not" in the other clause must not flip its polarity)."""
+    units = []
+    for sentence in sentences(text):
+        units.append(sentence)
+        clauses = [c for c in CLAIM_BREAK.split(sentence) if c.strip()]
+        if len(clauses) > 1:
+            units.extend(clauses)
+    return units
+
+
 @dataclass(frozen=True)
 class DeterministicJudge:
     """A lexical judge with exact, reproducible verdicts.
 
     A claim is ENTAILED by a context sentence that contains at least ``entail_coverage`` of its
     stemmed content terms, every number it states and the same polarity (negation words present
-    in both or neither). It is CONTRADICTED when some sentence covers at least
+    in both or neither); sentences are also read clause by clause at semicolons. It is
+    CONTRADICTED when some sentence covers at least
     ``contradict_coverage`` of its non-number terms but states other numbers, or the opposite
     polarity. Otherwise UNSUPPORTED.
     """
@@ -110,7 +124,7 @@ class DeterministicJudge:
             return Verdict(UNSUPPORTED, None)
         best_contradiction: tuple[float, str] | None = None
         for passage_id, text in context:
-            for sentence in sentences(text):
+            for sentence in _units(text):
                 sentence_terms = set(content_terms(sentence))
                 coverage = len(claim_terms & sentence_terms) / max(len(claim_terms), 1)
                 same_polarity = claim_negated == bool(NEGATIONS & set(words(sentence)))

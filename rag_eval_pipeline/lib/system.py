@@ -11,6 +11,21 @@ study asks for), then a guarded answer:
 3. extractive answer: the sentences of the context that best cover the question's terms, each
    followed by the id of the passage it came from, e.g. ``... within 4 hours. [SPEC-LABEL-004@v3#s2]``;
 4. citation check: an answer citing an id that is not in the context sent is rejected.
+
+``ReplaySystem`` follows the same protocol from a trace file (JSONL, one trace a line, or
+Parquet, one a row; read by ``lib.traces.load_traces``, described in ``docs/TRACES.md``)::
+
+    {"item_id": "q17",                      # optional: the golden item; unique in the file
+     "question": "How long may a labelled sample wait?",
+     "retrieved": [{"passage_id": "LAB-LABEL-001@v2#s2", "score": 7.31, "rank": 1}, ...],
+     "context_ids": ["LAB-LABEL-001@v2#s2", ...],   # the context as sent, in order
+     "answer": "... within 15 minutes of collection. [LAB-LABEL-001@v2#s2]",
+     "cited_ids": ["LAB-LABEL-001@v2#s2"],
+     "refused": false, "refusal_reason": null,      # reason optional, e.g. evidence_check:...
+     "system_version": "ward-assistant 2.3.1", "corpus_digest": "4b97..."}
+
+Its configuration is the trace file's name and SHA-256 digest, so two different trace files
+are two different evaluation runs.
 """
 
 import hashlib
@@ -18,6 +33,8 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import NamedTuple, Protocol
 
 import bm25s
@@ -27,6 +44,12 @@ import Stemmer
 
 from rag_eval_pipeline.lib import guardrails
 from rag_eval_pipeline.lib.text import content_terms, sentences
+from rag_eval_pipeline.lib.traces import (
+    TraceError,
+    load_traces,
+    trace_file_digest,
+    trace_location,
+)
 
 
 class Hit(NamedTuple):
@@ -173,6 +196,13 @@ class ReferenceSystem:
         return Response(False, None, answer, cited, context_ids, best)
 
 
+@lru_cache(maxsize=65536)
+def analysed_sentences(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """A passage's sentences with their content terms, cached: the same passages are sent as
+    context for many questions."""
+    return tuple((sentence, frozenset(content_terms(sentence))) for sentence in sentences(text))
+
+
 def extractive_answer(
     question: str,
     context: Sequence[ContextPassage],
@@ -187,10 +217,11 @@ def extractive_answer(
     ``second_ratio`` of the best.
     """
     question_terms = set(content_terms(question))
-    candidates: list[tuple[str, str, set[str]]] = []
-    for passage in context:
-        for sentence in sentences(passage.text):
-            candidates.append((passage.passage_id, sentence, set(content_terms(sentence))))
+    candidates: list[tuple[str, str, frozenset[str]]] = [
+        (passage.passage_id, sentence, terms)
+        for passage in context
+        for sentence, terms in analysed_sentences(passage.text)
+    ]
     if not candidates or not question_terms:
         return "", ()
     n = len(candidates)
@@ -210,3 +241,108 @@ def extractive_answer(
     parts = [f"{candidates[i][1]} [{candidates[i][0]}]" for i in chosen]
     cited = tuple(dict.fromkeys(candidates[i][0] for i in chosen))
     return " ".join(parts), cited
+
+
+class ReplaySystem:
+    """Replay of recorded traces (format in ``lib.traces`` and ``docs/TRACES.md``).
+
+    ``retrieve`` returns the trace's retrieved passages (rank order, first ``k``); ``respond``
+    returns the trace's answer, citations, refusal and the context *as sent*, whatever hits and
+    ``context_k`` it is given, so a replay measures what the recorded system did. The best score
+    is the highest retrieved score of the trace.
+
+    A question is found by ``item_id`` when the caller passes one and the trace file has it,
+    otherwise by its exact text. The pipeline asks in golden-set line order, so when several
+    traces share a question text they are served in file order, one per request, separately
+    for retrieval and for answers (and round again on a second pass). A question without a
+    trace is an error naming the trace file. With ``passages`` given, every passage id a trace
+    mentions must be in them (a trace recorded on another corpus state fails naming its line).
+    """
+
+    system_id = "replay"
+
+    def __init__(self, path: Path | str, passages: pl.DataFrame | None = None):
+        self.path = Path(path)
+        self.traces = load_traces(self.path)
+        self.trace_digest = trace_file_digest(self.path)
+        if passages is not None:
+            self._check_passages(set(passages["passage_id"].to_list()))
+        self._rows = self.traces.to_dicts()
+        self._by_item = {row["item_id"]: row for row in self._rows if row["item_id"]}
+        self._by_question: dict[str, list[dict]] = {}
+        for row in self._rows:
+            self._by_question.setdefault(row["question"], []).append(row)
+        self._served: dict[tuple[str, str], int] = {}
+
+    @staticmethod
+    def config_of(path: Path | str) -> dict:
+        """The configuration that identifies a replay: the trace file's name and digest."""
+        return {
+            "system_id": ReplaySystem.system_id,
+            "trace_file": Path(path).name,
+            "trace_digest": trace_file_digest(path),
+        }
+
+    def config(self) -> dict:
+        return {
+            "system_id": self.system_id,
+            "trace_file": self.path.name,
+            "trace_digest": self.trace_digest,
+        }
+
+    def _check_passages(self, known: set[str]) -> None:
+        mentioned = self.traces.select(
+            "line",
+            pl.concat_list(
+                pl.col("retrieved").list.eval(pl.element().struct.field("passage_id")),
+                "context_ids",
+                "cited_ids",
+            ).alias("passage_id"),
+        ).explode("passage_id")
+        unknown = mentioned.filter(
+            pl.col("passage_id").is_not_null() & ~pl.col("passage_id").is_in(list(known))
+        )
+        if unknown.height:
+            line, passage = unknown.row(0)
+            raise TraceError(
+                f"{trace_location(self.path, line)}: passage {passage!r} is not in the corpus snapshot "
+                f"({unknown['passage_id'].n_unique()} unknown passage id(s) in all)"
+            )
+
+    def _trace(self, question: str, item_id: str | None, purpose: str) -> dict:
+        if item_id is not None and item_id in self._by_item:
+            return self._by_item[item_id]
+        candidates = self._by_question.get(question)
+        if not candidates:
+            shown = f"item {item_id!r}" if item_id is not None else f"question {question!r}"
+            raise TraceError(f"{self.path}: no trace for {shown}")
+        served = self._served.get((purpose, question), 0)
+        self._served[(purpose, question)] = served + 1
+        return candidates[served % len(candidates)]
+
+    def retrieve(self, question: str, k: int, item_id: str | None = None) -> list[Hit]:
+        """The first ``k`` recorded hits of the question's trace."""
+        trace = self._trace(question, item_id, "retrieve")
+        return [Hit(h["passage_id"], h["score"], h["rank"]) for h in trace["retrieved"][:k]]
+
+    def retrieve_many(
+        self, questions: Sequence[str], k: int, item_ids: Sequence[str | None] | None = None
+    ) -> list[list[Hit]]:
+        """``retrieve`` for each question in order (by item id where given)."""
+        ids = item_ids if item_ids is not None else [None] * len(questions)
+        return [self.retrieve(q, k, i) for q, i in zip(questions, ids, strict=True)]
+
+    def respond(
+        self, question: str, hits: Sequence[Hit], context_k: int, item_id: str | None = None
+    ) -> Response:
+        """The recorded answer or refusal, with the context ids as sent."""
+        trace = self._trace(question, item_id, "respond")
+        best = max((h["score"] for h in trace["retrieved"]), default=None)
+        return Response(
+            refused=trace["refused"],
+            refusal_reason=trace["refusal_reason"],
+            answer=trace["answer"],
+            cited_ids=tuple(trace["cited_ids"]),
+            context_ids=tuple(trace["context_ids"]),
+            best_score=best,
+        )
