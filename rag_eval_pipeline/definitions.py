@@ -21,7 +21,9 @@ from rag_eval_pipeline.defs.metric_tables import (
 from rag_eval_pipeline.defs.resources import (
     DeterministicJudgeResource,
     EvalSettings,
+    LLMJudgeResource,
     ReferenceSystemResource,
+    ReplaySystemResource,
     WarehouseResource,
 )
 from rag_eval_pipeline.defs.retrieval_run import retrieval_run
@@ -42,11 +44,28 @@ COMPARISON_ASSETS = [run_comparison]
 
 
 def default_resources() -> dict:
-    """The offline defaults: bundled inputs, the reference system, the deterministic judge."""
+    """The offline defaults (bundled inputs, the reference system, the deterministic judge),
+    with the real integrations chosen by environment:
+
+    - ``RAG_EVAL_SYSTEM=replay`` with ``RAG_EVAL_TRACES=<trace file>``: replay an assistant's
+      traces (docs/TRACES.md) instead of running the reference system;
+    - ``RAG_EVAL_JUDGE=llm`` with ``RAG_EVAL_JUDGE_BASE_URL``, ``RAG_EVAL_JUDGE_MODEL`` and the
+      key in the variable named by ``RAG_EVAL_JUDGE_KEY_ENV`` (default ``OPENAI_API_KEY``).
+    """
+    system = ReferenceSystemResource()
+    if dg.EnvVar("RAG_EVAL_SYSTEM").get_value("reference") == "replay":
+        system = ReplaySystemResource(path=dg.EnvVar("RAG_EVAL_TRACES"))
+    judge = DeterministicJudgeResource()
+    if dg.EnvVar("RAG_EVAL_JUDGE").get_value("deterministic") == "llm":
+        judge = LLMJudgeResource(
+            base_url=dg.EnvVar("RAG_EVAL_JUDGE_BASE_URL"),
+            model=dg.EnvVar("RAG_EVAL_JUDGE_MODEL"),
+            api_key_env=dg.EnvVar("RAG_EVAL_JUDGE_KEY_ENV").get_value("OPENAI_API_KEY"),
+        )
     return {
         "settings": EvalSettings(),
-        "system": ReferenceSystemResource(),
-        "judge": DeterministicJudgeResource(),
+        "system": system,
+        "judge": judge,
         "warehouse_db": WarehouseResource(
             path=dg.EnvVar("RAG_EVAL_WAREHOUSE").get_value("warehouse/rag_eval.duckdb")
         ),
