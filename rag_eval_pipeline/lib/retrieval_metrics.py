@@ -111,7 +111,12 @@ def per_query(
         values = query_frame(
             con,
             load_sql("retrieval_per_query"),
-            {"rel_level": rel_level, "ks": ks, "complete": complete},
+            {
+                "rel_level": rel_level,
+                "ks": ks,
+                "complete": complete,
+                "need_uncut": any(k is None for _, k in wanted),
+            },
         )
     finally:
         con.unregister("run")
