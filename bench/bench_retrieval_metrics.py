@@ -12,8 +12,8 @@ threshold 1 (trec_eval's and ranx's default), so every definition below can matc
 What is timed (building the reference libraries' input objects is excluded, as are imports and
 numba compilation, which a tiny warm-up run absorbs):
 
-- ours: one ``per_query`` call for nDCG@10, RR@10, R@10 and Success@10 (DuckDB SQL, Polars in
-  and out), and the same four through ``fast_retrieval.per_query_fast`` (Polars);
+- ours: one ``retrieval_metrics.per_query`` call for nDCG@10, RR@10, R@10 and Success@10 (the
+  DuckDB SQL kernel ``sql/retrieval_per_query.sql``, Polars frames in and out);
 - ranx ``evaluate`` for ndcg@10, mrr@10, recall@10, hit_rate@10 (numba, both cores);
 - pytrec_eval ``RelevanceEvaluator.evaluate`` for ndcg_cut.10, recip_rank, recall.10,
   success.10 (the evaluator's construction, which parses the qrels, is timed apart).
@@ -34,7 +34,6 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from rag_eval_pipeline.lib.fast_retrieval import per_query_fast
 from rag_eval_pipeline.lib.formats import trec_ranks
 from rag_eval_pipeline.lib.retrieval_metrics import per_query
 
@@ -160,15 +159,10 @@ def main() -> None:
 
     small_run, small_qrels = synthetic(50, 20, 1)
     per_query(small_run, small_qrels, MEASURES, rel_level=REL_LEVEL, complete=False)
-    per_query_fast(small_run, small_qrels, MEASURES, rel_level=REL_LEVEL, complete=False)
     ranx_timed(nested(small_qrels, "grade"), nested(small_run, "score"), 1)
 
     ours, ours_seconds = timed(
         lambda: per_query(run, qrels, MEASURES, rel_level=REL_LEVEL, complete=False), args.repeat
-    )
-    fast, fast_seconds = timed(
-        lambda: per_query_fast(run, qrels, MEASURES, rel_level=REL_LEVEL, complete=False),
-        args.repeat,
     )
     rr_uncut = means_of(per_query(run, qrels, ["RR"], rel_level=REL_LEVEL, complete=False))
 
@@ -198,29 +192,28 @@ def main() -> None:
     trec_rr_uncut = float(np.mean([v["recip_rank"] for v in trec_values.values()]))
 
     ours_means = means_of(ours)
-    fast_means = means_of(fast)
     print()
     print(
-        f"{'measure':<11} {'ours':>10} {'fast':>10} {'ranx':>10} {'ranx*':>10} {'pytrec':>10}"
-        f" {'ranx-ours':>10}"
+        f"{'measure':<11} {'ours':>10} {'ranx':>10} {'ranx*':>10} {'pytrec':>10} {'ranx-ours':>10}"
     )
     failures = []
     for name in MEASURES:
-        row = [ours_means[name], fast_means[name], ranx_means[RANX_NAMES[name]]]
+        ours_mean = ours_means[name]
+        row = [ours_mean, ranx_means[RANX_NAMES[name]]]
         row += [ranx_ordered_means[RANX_NAMES[name]], trec_means[name]]
         print(
             f"{name:<11} "
             + " ".join(f"{value:10.6f}" for value in row)
-            + f" {row[2] - row[0]:10.1e}"
+            + f" {row[1] - ours_mean:10.1e}"
         )
-        for label, value in (("fast", row[1]), ("ranx*", row[3]), ("pytrec_eval", row[4])):
-            if abs(value - row[0]) > TOLERANCE:
-                failures.append(f"{name}: ours {row[0]:.8f} vs {label} {value:.8f}")
-        if abs(row[2] - row[0]) > TOLERANCE:
+        for label, value in (("ranx*", row[2]), ("pytrec_eval", row[3])):
+            if abs(value - ours_mean) > TOLERANCE:
+                failures.append(f"{name}: ours {ours_mean:.8f} vs {label} {value:.8f}")
+        if abs(row[1] - ours_mean) > TOLERANCE:
             print(
-                f"  ranx differs by {row[2] - row[0]:+.2e}: it does not break score ties by doc id"
+                f"  ranx differs by {row[1] - ours_mean:+.2e}: it does not break score ties by doc id"
             )
-    print(f"{'RR':<11} {rr_uncut['RR']:10.6f} {'':>32} {trec_rr_uncut:10.6f}")
+    print(f"{'RR':<11} {rr_uncut['RR']:10.6f} {'':>21} {trec_rr_uncut:10.6f}")
     if abs(rr_uncut["RR"] - trec_rr_uncut) > TOLERANCE:
         failures.append(f"RR: ours {rr_uncut['RR']:.8f} vs pytrec_eval {trec_rr_uncut:.8f}")
     print(
@@ -229,8 +222,7 @@ def main() -> None:
     )
     print()
     print(f"best of {args.repeat} timed runs each")
-    print(f"ours (per_query, DuckDB)        {ours_seconds:8.2f} s")
-    print(f"ours (per_query_fast, Polars)   {fast_seconds:8.2f} s")
+    print(f"ours (per_query, DuckDB SQL)    {ours_seconds:8.2f} s")
     print(f"ranx evaluate                   {ranx_seconds:8.2f} s")
     print(
         f"pytrec_eval evaluate            {trec_seconds:8.2f} s (+ {build_seconds:.2f} s to build)"
@@ -238,9 +230,6 @@ def main() -> None:
     print()
     print(f"ranx / ours        {ranx_seconds / ours_seconds:6.2f}x")
     print(f"pytrec_eval / ours {trec_seconds / ours_seconds:6.2f}x")
-    print(f"ranx / fast        {ranx_seconds / fast_seconds:6.2f}x")
-    print(f"pytrec_eval / fast {trec_seconds / fast_seconds:6.2f}x")
-    print(f"ours / fast        {ours_seconds / fast_seconds:6.2f}x")
     if failures:
         raise SystemExit("means disagree:\n" + "\n".join(failures))
     print("means agree to 1e-6 where the definitions match")

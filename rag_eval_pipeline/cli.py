@@ -6,6 +6,8 @@
 - ``rag-eval history [--metric M]`` and ``rag-eval compare RUN_A RUN_B``;
 - ``rag-eval summary [EVAL_RUN_ID]``: print a run's summary from the warehouse (latest by default);
 - ``rag-eval freeze SNAPSHOT_DIR``: write the snapshot's manifest digest;
+- ``rag-eval import trec|beir|squad ...``: a public collection as a snapshot plus golden set;
+- ``rag-eval export-run EVAL_RUN_ID FILE``: a run's retrieval as a TREC run file;
 - ``rag-eval evaluate-run QRELS RUN [-m MEASURE ...] [--rel-level N] [--per-query] [--json]``:
   trec_eval-style evaluation of a TREC run file against TREC qrels.
 """
@@ -388,6 +390,102 @@ def command_evaluate_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grade_map(text: str | None) -> dict[int, int] | None:
+    if not text:
+        return None
+    pairs = [part.split(":") for part in text.split(",")]
+    return {int(source): int(target) for source, target in pairs}
+
+
+def command_import(args: argparse.Namespace) -> int:
+    import datetime as dt_
+
+    from rag_eval_pipeline.lib import formats
+    from rag_eval_pipeline.lib.corpus import CorpusError
+    from rag_eval_pipeline.lib.golden import GoldenSetError
+
+    options = {
+        "labelled_against": args.labelled_against,
+        "effective_date": dt_.date.fromisoformat(args.effective_date),
+    }
+    if args.format == "trec" and not (args.queries and args.qrels):
+        print("error: import trec needs --queries and --qrels", file=sys.stderr)
+        return 2
+    try:
+        if args.format == "trec":
+            report = formats.import_trec(
+                args.source,
+                args.queries,
+                args.qrels,
+                args.snapshot_dir,
+                args.golden,
+                grade_map=_grade_map(args.grade_map),
+                **options,
+            )
+        elif args.format == "beir":
+            report = formats.import_beir(
+                args.source,
+                args.snapshot_dir,
+                args.golden,
+                qrels_path=args.qrels,
+                grade_map=_grade_map(args.grade_map),
+                **options,
+            )
+        else:
+            report = formats.import_squad(args.source, args.snapshot_dir, args.golden, **options)
+    except (formats.FormatError, CorpusError, GoldenSetError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    summary = {
+        "snapshot_dir": str(report.snapshot_dir),
+        "golden_set": str(report.golden_path),
+        "corpus_digest": report.corpus_digest,
+        "documents": report.documents,
+        "items": report.items,
+        "answerable": report.answerable,
+        "no_answer": report.no_answer,
+        "skipped_queries": report.skipped_queries,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(
+            f"{report.documents} documents -> {report.snapshot_dir} (digest {report.corpus_digest}); "
+            f"{report.items} golden items ({report.answerable} answerable, {report.no_answer} "
+            f"no-answer, {report.skipped_queries} queries skipped) -> {report.golden_path}"
+        )
+    return 0
+
+
+def command_export_run(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib import warehouse
+    from rag_eval_pipeline.lib.formats import FormatError, write_trec_run
+
+    with warehouse.connect(_warehouse_path(), read_only=True) as connection:
+        # Passage ids by default; with --doc-ids, documents ranked by their best passage (the
+        # ids an imported collection's own qrels use).
+        query = (
+            "SELECT r.item_id AS query_id, p.doc_id, max(r.score) AS score "
+            "FROM retrieval_results r JOIN eval_runs e USING (eval_run_id) "
+            "JOIN corpus_passages p ON p.corpus_digest = e.corpus_digest "
+            "AND p.passage_id = r.passage_id WHERE r.eval_run_id = $run GROUP BY ALL"
+            if args.doc_ids
+            else "SELECT item_id AS query_id, passage_id AS doc_id, score FROM retrieval_results "
+            "WHERE eval_run_id = $run"
+        )
+        run = connection.sql(query, params={"run": args.eval_run_id}).pl()
+    if not run.height:
+        print(f"error: no retrieval results for run {args.eval_run_id!r}", file=sys.stderr)
+        return 2
+    try:
+        write_trec_run(run, args.output, args.tag or "rag_eval")
+    except FormatError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{run.height} lines for {run['query_id'].n_unique()} queries -> {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-eval", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -435,6 +533,32 @@ def build_parser() -> argparse.ArgumentParser:
     freeze = commands.add_parser("freeze", help="write a snapshot's manifest digest")
     freeze.add_argument("snapshot_dir", type=Path)
     freeze.set_defaults(handler=command_freeze)
+
+    importer = commands.add_parser(
+        "import", help="import TREC-layout, BEIR or SQuAD 2.0 data as a snapshot + golden set"
+    )
+    importer.add_argument("format", choices=["trec", "beir", "squad"])
+    importer.add_argument(
+        "source", help="trec: docs.jsonl; beir: the collection folder; squad: the SQuAD JSON"
+    )
+    importer.add_argument("--queries", help="trec: queries.jsonl")
+    importer.add_argument("--qrels", help="trec: qrels (TREC or TSV); beir: qrels TSV")
+    importer.add_argument("--snapshot-dir", required=True, help="corpus_snapshots/<YYYY-MM-DD>")
+    importer.add_argument("--golden", required=True, help="golden-set JSONL to write")
+    importer.add_argument("--labelled-against", help="default: the frozen corpus digest")
+    importer.add_argument("--effective-date", default="2026-01-01")
+    importer.add_argument("--grade-map", help="source:target grades, e.g. 4:3,3:2,2:2,1:2")
+    importer.add_argument("--json", action="store_true")
+    importer.set_defaults(handler=command_import)
+
+    export = commands.add_parser("export-run", help="write a run's retrieval as a TREC run file")
+    export.add_argument("eval_run_id")
+    export.add_argument("output", type=Path)
+    export.add_argument("--tag", help="run tag (default rag_eval)")
+    export.add_argument(
+        "--doc-ids", action="store_true", help="document ids (best passage) instead of passage ids"
+    )
+    export.set_defaults(handler=command_export_run)
 
     evaluate = commands.add_parser("evaluate-run", help="evaluate a TREC run against TREC qrels")
     evaluate.add_argument("qrels", type=Path)

@@ -12,7 +12,9 @@ Needs ``RAG_EVAL_DATASETS`` pointing at the shared datasets folder (``trec_eval-
   relevant).
 - BM25 (bm25s) over Cranfield: per-query nDCG@10, P@5, R@10, RR and AP equal pytrec_eval and
   ir_measures (pytrec_eval backend) to 1e-6, ties broken by doc id descending in all three.
-- The seed figures of DESIGN.md, and the Wilson and bootstrap intervals.
+
+The seed figures of DESIGN.md and the intervals need no data: ``test_statistics.py`` and the
+kernel's own tests (``test_retrieval_metrics.py``) check them on every run.
 """
 
 import json
@@ -35,14 +37,9 @@ import bm25s  # noqa: E402
 import ir_measures  # noqa: E402
 import pytrec_eval  # noqa: E402
 import Stemmer  # noqa: E402
-from statsmodels.stats.proportion import proportion_confint  # noqa: E402
 
 from rag_eval_pipeline.lib.formats import read_trec_qrels, read_trec_run  # noqa: E402
-from rag_eval_pipeline.lib.retrieval_metrics import aggregate, per_query  # noqa: E402
-from rag_eval_pipeline.lib.statistics import (  # noqa: E402
-    bootstrap_mean_interval,
-    wilson_interval,
-)
+from rag_eval_pipeline.lib.retrieval_metrics import per_query  # noqa: E402
 
 pytestmark = pytest.mark.datasets
 
@@ -255,68 +252,3 @@ def test_cranfield_bm25_means_are_the_known_figures(cranfield_values):
     assert means["nDCG@10"] == pytest.approx(0.373, abs=0.001)
     assert means["RR"] == pytest.approx(0.537, abs=0.001)
     assert means["R@10"] == pytest.approx(0.400, abs=0.001)
-
-
-# --- the seed figures ---------------------------------------------------------------------------
-
-
-def seed_run() -> tuple[pl.DataFrame, pl.DataFrame]:
-    """200 queries, one gold passage each, found at rank 1 for 110, rank 2 for 20, rank 3 for
-    12, rank 4 for 6, rank 5 for 4, and outside the top 5 (rank 6) for 48."""
-    gold_ranks = [1] * 110 + [2] * 20 + [3] * 12 + [4] * 6 + [5] * 4 + [6] * 48
-    run_rows, qrels_rows = [], []
-    for number, gold_rank in enumerate(gold_ranks):
-        query = f"q{number:03d}"
-        for rank in range(1, 7):
-            run_rows.append((query, f"{query}-p{rank}", 10.0 - rank))
-        qrels_rows.append((query, f"{query}-p{gold_rank}", 3))
-    run = pl.DataFrame(run_rows, schema=["query_id", "doc_id", "score"], orient="row")
-    qrels = pl.DataFrame(qrels_rows, schema=["query_id", "doc_id", "grade"], orient="row")
-    return run, qrels
-
-
-def test_seed_recall_and_reciprocal_rank():
-    run, qrels = seed_run()
-    values = per_query(run, qrels, ["R@5", "RR@5"])
-    means = dict(values.group_by("measure").agg(pl.col("value").mean()).iter_rows())
-    assert means["R"] == pytest.approx(0.76, abs=1e-12)
-    assert round(means["RR"], 4) == 0.6315
-    assert means["RR"] == pytest.approx((110 + 20 / 2 + 12 / 3 + 6 / 4 + 4 / 5) / 200, abs=1e-12)
-
-
-def test_seed_exponential_ndcg():
-    """Grades [1, 0, 3, 0, 2] in rank order against the ideal [3, 2, 1]: nDCG_exp@5 0.6026."""
-    grades = [1, 0, 3, 0, 2]
-    run = pl.DataFrame(
-        {"query_id": ["q"] * 5, "doc_id": [f"p{i}" for i in range(5)], "score": [5.0, 4, 3, 2, 1]}
-    )
-    qrels = pl.DataFrame(
-        {"query_id": ["q"] * 5, "doc_id": [f"p{i}" for i in range(5)], "grade": grades}
-    )
-    value = per_query(run, qrels, ["nDCG_exp@5"])["value"].item()
-    assert round(value, 4) == 0.6026
-    dcg = 1 / np.log2(2) + 7 / np.log2(4) + 3 / np.log2(6)
-    ideal = 7 / np.log2(2) + 3 / np.log2(3) + 1 / np.log2(4)
-    assert value == pytest.approx(dcg / ideal, abs=1e-12)
-
-
-def test_seed_wilson_interval_and_statsmodels():
-    low, high = wilson_interval(38, 200)
-    assert (round(low, 4), round(high, 4)) == (0.1417, 0.2500)
-    for successes, n in [(38, 200), (0, 10), (10, 10), (1, 3), (152, 200)]:
-        reference = proportion_confint(successes, n, alpha=0.05, method="wilson")
-        assert wilson_interval(successes, n) == pytest.approx(reference, abs=1e-9)
-
-
-def test_bootstrap_interval_contains_the_mean_and_is_reproducible():
-    run, qrels = seed_run()
-    reciprocal_ranks = per_query(run, qrels, ["RR@5"])["value"].to_numpy()
-    mean = reciprocal_ranks.mean()
-    low, high = bootstrap_mean_interval(reciprocal_ranks, seed=7)
-    assert low < mean < high
-    assert 0.05 < high - low < 0.2  # n = 200: a real spread, not a degenerate interval
-    assert bootstrap_mean_interval(reciprocal_ranks, seed=7) == (low, high)
-    assert bootstrap_mean_interval(reciprocal_ranks, seed=8) != (low, high)
-    summary = aggregate(per_query(run, qrels, ["RR@5"]), seed=7).row(0, named=True)
-    assert (summary["ci_low"], summary["ci_high"]) == (low, high)
-    assert summary["value"] == pytest.approx(0.6315, abs=1e-12)

@@ -17,6 +17,7 @@ from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource, project_path
 from rag_eval_pipeline.lib import baselines, report, warehouse
 from rag_eval_pipeline.lib.gates import (
+    MISSING,
     NOT_CALIBRATED,
     REGRESSION_GATE,
     describe,
@@ -201,7 +202,7 @@ def eval_summary(
             check_name=f"gate_{result.gate.name}",
             passed=result.passed,
             severity=dg.AssetCheckSeverity.WARN
-            if result.status == NOT_CALIBRATED
+            if result.status in (NOT_CALIBRATED, MISSING)
             else dg.AssetCheckSeverity.ERROR,
             description=result.message,
             metadata={

@@ -125,5 +125,6 @@ def golden_set(
         check_name="no_answer_share",
         passed=no_answer * 4 >= golden.items.height,
         severity=dg.AssetCheckSeverity.WARN,
+        description=f"{no_answer} of {golden.items.height} items are no-answer items (want at least a quarter)",
         metadata={"no_answer_items": no_answer, "items": golden.items.height},
     )

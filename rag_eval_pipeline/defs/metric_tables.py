@@ -42,7 +42,7 @@ def _scoped(per_item: pl.DataFrame, items: pl.DataFrame, resamples: int, seed: i
     group_name="metrics",
     owners=[TEAM],
     kinds={"duckdb", "sql", "polars"},
-    code_version="retrieval-metrics-v1",
+    code_version="retrieval-metrics-v2",
 )
 def retrieval_metrics(
     context: dg.AssetExecutionContext,

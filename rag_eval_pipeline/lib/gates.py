@@ -4,7 +4,9 @@ A gate names a metric row (table, scope, scope value, metric), the statistic it 
 value, or an interval bound: ``ci_low`` for "at least", ``ci_high`` for "at most", so a gate
 passes only when the evidence is strong enough), an operator and a threshold. A gate that rests
 on judge verdicts (``needs_calibrated_judge``) does not pass while the judge is not calibrated:
-it reports "judge not calibrated" instead. The ``no_significant_regression`` gate is evaluated by
+it reports "judge not calibrated" instead. A gate whose metric the run does not have (a golden set
+without that stratum) is "not assessed", a warning rather than a failure. The
+``no_significant_regression`` gate is evaluated by
 ``run_comparison`` against the baseline.
 """
 

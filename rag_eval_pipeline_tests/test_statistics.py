@@ -1,0 +1,69 @@
+"""Intervals (``lib.statistics``) and how ``retrieval_metrics.aggregate`` attaches them.
+
+Needs no public data: the seed figures of DESIGN.md (Wilson 38/200 -> 0.1417 to 0.2500) and a
+cross-check against statsmodels; the seeded bootstrap is reproducible, changes with the seed and
+contains the mean; ``aggregate`` gives proportions the Wilson interval and means the bootstrap.
+"""
+
+import numpy as np
+import polars as pl
+import pytest
+from statsmodels.stats.proportion import proportion_confint
+
+from rag_eval_pipeline.lib.retrieval_metrics import aggregate, per_query
+from rag_eval_pipeline.lib.statistics import bootstrap_mean_interval, wilson_interval
+
+
+def seed_run() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """200 queries, one gold passage each, found at rank 1 for 110, rank 2 for 20, rank 3 for
+    12, rank 4 for 6, rank 5 for 4, and outside the top 5 (rank 6) for 48."""
+    gold_ranks = [1] * 110 + [2] * 20 + [3] * 12 + [4] * 6 + [5] * 4 + [6] * 48
+    run_rows, qrels_rows = [], []
+    for number, gold_rank in enumerate(gold_ranks):
+        query = f"q{number:03d}"
+        for rank in range(1, 7):
+            run_rows.append((query, f"{query}-p{rank}", 10.0 - rank))
+        qrels_rows.append((query, f"{query}-p{gold_rank}", 3))
+    run = pl.DataFrame(run_rows, schema=["query_id", "doc_id", "score"], orient="row")
+    qrels = pl.DataFrame(qrels_rows, schema=["query_id", "doc_id", "grade"], orient="row")
+    return run, qrels
+
+
+def test_seed_wilson_interval_and_statsmodels():
+    low, high = wilson_interval(38, 200)
+    assert (round(low, 4), round(high, 4)) == (0.1417, 0.2500)
+    for successes, n in [(38, 200), (0, 10), (10, 10), (1, 3), (152, 200)]:
+        reference = proportion_confint(successes, n, alpha=0.05, method="wilson")
+        assert wilson_interval(successes, n) == pytest.approx(reference, abs=1e-9)
+    assert wilson_interval(0, 0) == (None, None)
+
+
+def test_bootstrap_interval_contains_the_mean_and_is_reproducible():
+    run, qrels = seed_run()
+    reciprocal_ranks = per_query(run, qrels, ["RR@5"])["value"].to_numpy()
+    mean = reciprocal_ranks.mean()
+    low, high = bootstrap_mean_interval(reciprocal_ranks, seed=7)
+    assert low < mean < high
+    assert 0.05 < high - low < 0.2  # n = 200: a real spread, not a degenerate interval
+    assert bootstrap_mean_interval(reciprocal_ranks, seed=7) == (low, high)
+    assert bootstrap_mean_interval(reciprocal_ranks, seed=8) != (low, high)
+    assert bootstrap_mean_interval(np.array([]), seed=7) == (None, None)
+    assert bootstrap_mean_interval(np.array([0.25]), seed=7) == (0.25, 0.25)
+
+
+def test_aggregate_gives_wilson_to_proportions_and_bootstrap_to_means():
+    run, qrels = seed_run()
+    values = per_query(run, qrels, ["Success@5", "RR@5"])
+    rows = {row["measure"]: row for row in aggregate(values, seed=7).iter_rows(named=True)}
+    # 152 of 200 queries find their gold passage in the top 5.
+    success = rows["Success"]
+    assert (success["value"], success["n"]) == (pytest.approx(0.76, abs=1e-12), 200)
+    assert (success["ci_low"], success["ci_high"]) == wilson_interval(152, 200)
+    reciprocal_rank = rows["RR"]
+    assert reciprocal_rank["value"] == pytest.approx(0.6315, abs=1e-12)
+    rr_values = values.filter(pl.col("measure") == "RR")["value"].to_numpy()
+    assert (reciprocal_rank["ci_low"], reciprocal_rank["ci_high"]) == bootstrap_mean_interval(
+        rr_values, seed=7
+    )
+    no_intervals = aggregate(values, intervals=False)
+    assert no_intervals["ci_low"].is_null().all() and no_intervals["ci_high"].is_null().all()
