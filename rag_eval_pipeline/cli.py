@@ -196,6 +196,15 @@ def command_nightly(args: argparse.Namespace) -> int:
     return 0
 
 
+def comparison_line(row: dict) -> str:
+    """One compared metric: both values, the delta with its interval, the p-value and test."""
+    return (
+        f"  {row['metric']:<16} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
+        f"delta {row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]  "
+        f"p={row['p_value']:.4f} ({row['test']}, n={row['n']})"
+    )
+
+
 def format_comparison(connection, candidate_run_id: str) -> str:
     """The comparison rows of one candidate run as a table."""
     rows = connection.sql(
@@ -209,11 +218,7 @@ def format_comparison(connection, candidate_run_id: str) -> str:
     first = rows.row(0, named=True)
     lines = [f"{candidate_run_id} against baseline {first['baseline_run_id']}: {first['reason']}"]
     for row in rows.filter(rows["candidate_value"].is_not_null()).iter_rows(named=True):
-        lines.append(
-            f"  {row['metric']:<16} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
-            f"delta {row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]  "
-            f"p={row['p_value']:.4f} ({row['test']}, n={row['n']})"
-        )
+        lines.append(comparison_line(row))
     return "\n".join(lines)
 
 
@@ -311,11 +316,7 @@ def command_compare(args: argparse.Namespace) -> int:
             return 1
         rows = baselines.compare_runs(connection, args.run_a, args.run_b)
     for row in rows.iter_rows(named=True):
-        print(
-            f"  {row['metric']:<16} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
-            f"delta {row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]  "
-            f"p={row['p_value']:.4f} ({row['test']}, n={row['n']})"
-        )
+        print(comparison_line(row))
     return 0
 
 

@@ -14,7 +14,7 @@ import dagster as dg
 import polars as pl
 
 from rag_eval_pipeline.defs.eval_summary import GATES
-from rag_eval_pipeline.defs.metadata import TEAM, run_link, table_metadata
+from rag_eval_pipeline.defs.metadata import TEAM, markdown_table, run_link, table_metadata
 from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.resources import (
     EvalSettings,
@@ -153,7 +153,7 @@ def run_comparison(
             "comparable": comparable,
             "reason": reason,
             "dagster_run": run_link(context.run_id),
-            "comparison": dg.MetadataValue.md(_markdown(shown))
+            "comparison": dg.MetadataValue.md(markdown_table(shown))
             if shown.height
             else dg.MetadataValue.text(reason),
         },
@@ -182,14 +182,6 @@ def run_comparison(
             else ("no significant regression" if comparable else f"not assessed: {reason}")
         ),
         metadata={"regressed_metrics": dg.MetadataValue.json(worse)},
-    )
-
-
-def _markdown(frame: pl.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    return header + "".join(
-        "| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
-        for row in frame.iter_rows()
     )
 
 

@@ -22,3 +22,12 @@ def table_metadata(frame: pl.DataFrame, table: str) -> dict:
 def run_link(dagster_run_id: str) -> dg.MetadataValue:
     """A link from an evaluation run to its Dagster run page in the UI."""
     return dg.MetadataValue.url(f"/runs/{dagster_run_id}")
+
+
+def markdown_table(frame: pl.DataFrame) -> str:
+    """A small frame as a markdown table (floats to 4 decimals), for metadata the UI renders."""
+    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    return header + "".join(
+        "| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
+        for row in frame.iter_rows()
+    )

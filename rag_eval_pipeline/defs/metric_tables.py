@@ -7,7 +7,7 @@ separate step in ``lib``. Every row carries its ``eval_run_id``.
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import TEAM, table_metadata
+from rag_eval_pipeline.defs.metadata import TEAM, markdown_table, table_metadata
 from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource, project_path
 from rag_eval_pipeline.lib import calibration, charts, report, warehouse
@@ -124,7 +124,7 @@ def retrieval_metrics(
             "golden_digest": golden_digest,
             "rel_level": settings.rel_level,
             "excluded_items_without_relevant_gold": len(excluded),
-            "headline": dg.MetadataValue.md(_markdown_table(headline)),
+            "headline": dg.MetadataValue.md(markdown_table(headline)),
             "success_at_5_trend_chart": dg.MetadataValue.md(
                 charts.markdown_image(
                     "Success@5 night by night", charts.metric_trend_png(history, "Success@5")
@@ -139,15 +139,6 @@ def retrieval_metrics(
             ),
         },
     )
-
-
-def _markdown_table(frame: pl.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    body = "".join(
-        "| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
-        for row in frame.iter_rows()
-    )
-    return header + body
 
 
 @dg.asset(
@@ -252,7 +243,7 @@ def generation_metrics(
                 )
             ),
             "sufficiency_x_correctness": dg.MetadataValue.md(
-                _markdown_table(two_by_two.drop("eval_run_id"))
+                markdown_table(two_by_two.drop("eval_run_id"))
             ),
         },
     )

@@ -51,6 +51,16 @@ CITATION_MARK = re.compile(r"\s*\[[^\[\]\s]+\]")
 ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 PUNCTUATION_DELETION = str.maketrans("", "", string.punctuation)
 
+METRIC_ROW_SCHEMA = {
+    "scope": pl.String,
+    "scope_value": pl.String,
+    "metric": pl.String,
+    "value": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "n": pl.Int64,
+    "interval_method": pl.String,
+}
 OUTCOME_SCHEMA = {
     "item_id": pl.String,
     "stratum": pl.String,
@@ -333,19 +343,7 @@ def scoped_summary(
                 **_mean(name, squad[column].to_numpy(), seed),
             }
         )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "scope": pl.String,
-            "scope_value": pl.String,
-            "metric": pl.String,
-            "value": pl.Float64,
-            "ci_low": pl.Float64,
-            "ci_high": pl.Float64,
-            "n": pl.Int64,
-            "interval_method": pl.String,
-        },
-    )
+    return pl.DataFrame(rows, schema=METRIC_ROW_SCHEMA)
 
 
 def sufficiency_table(outcomes: pl.DataFrame) -> pl.DataFrame:
