@@ -3,6 +3,7 @@
 - ``rag-eval nightly [--partition DATE]``: run the ``nightly_eval`` job in-process against the
   Dagster instance in ``DAGSTER_HOME`` and print the summary;
 - ``rag-eval rebaseline --partition DATE --reason WHY``: a night tagged for re-baselining;
+- ``rag-eval accept-baseline EVAL_RUN_ID --reason WHY``: a recorded baseline decision;
 - ``rag-eval history [--metric M]`` and ``rag-eval compare RUN_A RUN_B``;
 - ``rag-eval summary [EVAL_RUN_ID]``: print a run's summary from the warehouse (latest by default);
 - ``rag-eval freeze SNAPSHOT_DIR``: write the snapshot's manifest digest;
@@ -248,6 +249,31 @@ def command_rebaseline(args: argparse.Namespace) -> int:
         guard=True,
     )
     return command_nightly(nightly_args)
+
+
+def command_accept_baseline(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib import baselines, warehouse
+
+    if not args.reason.strip():
+        print("error: a baseline decision needs a reason (--reason)", file=sys.stderr)
+        return 2
+    with warehouse.connect(_warehouse_path()) as connection:
+        run = baselines.run_identity(connection, args.eval_run_id)
+        if run is None or run["completed_at"] is None:
+            print(f"error: no completed evaluation run {args.eval_run_id!r}", file=sys.stderr)
+            return 2
+        decision = baselines.accept_baseline(
+            connection,
+            args.eval_run_id,
+            kind="decision",
+            reason=args.reason,
+            requested_by=args.requested_by or os.environ.get("USER") or "unknown",
+        )
+    print(
+        f"{args.eval_run_id} is now the baseline of {decision['golden_set']} "
+        f"(previous: {decision['previous_baseline_run_id']}): {args.reason}"
+    )
+    return 0
 
 
 def command_history(args: argparse.Namespace) -> int:
@@ -515,6 +541,14 @@ def build_parser() -> argparse.ArgumentParser:
     rebaseline.add_argument("--requested-by", help="who asks (default: $USER)")
     rebaseline.add_argument("--verbose", action="store_true")
     rebaseline.set_defaults(handler=command_rebaseline)
+
+    accept = commands.add_parser(
+        "accept-baseline", help="make a completed run its golden set's baseline, with a reason"
+    )
+    accept.add_argument("eval_run_id")
+    accept.add_argument("--reason", required=True)
+    accept.add_argument("--requested-by", help="who decides (default: $USER)")
+    accept.set_defaults(handler=command_accept_baseline)
 
     history = commands.add_parser("history", help="a metric over nights, corpus changes marked")
     history.add_argument("--metric", default="Success@5", help="e.g. Success@5, faithfulness")

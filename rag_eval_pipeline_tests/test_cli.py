@@ -138,6 +138,12 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
     assert rag_eval("export-run", run_b, str(exported), env=env).returncode == 0
     first_line = exported.read_text().splitlines()[0].split()
     assert first_line[1] == "Q0" and first_line[3] == "1" and "@v" in first_line[2]
+    accepted = rag_eval(
+        "accept-baseline", run_a, "--reason", "threshold review", "--requested-by", "qa", env=env
+    )
+    assert accepted.returncode == 0 and f"previous: {run_b}" in accepted.stdout
+    history = rag_eval("history", env=env).stdout
+    assert any(line.startswith("* 2026-10-16") for line in history.splitlines())
     refused = rag_eval("rebaseline", "--partition", "2026-10-17", "--reason", " ", env=env)
     assert refused.returncode == 2 and "needs a reason" in refused.stderr
 

@@ -319,6 +319,10 @@ def test_browser_views(webserver: str, page) -> None:
     page.get_by_role("menuitem", name="Expand all groups").click()
     for asset in GROUPS:
         page.get_by_text(asset, exact=True).first.wait_for(state="visible")
+    page.wait_for_timeout(1000)
+    # Every edge of the graph is drawn as one lineage-edge path between two asset nodes.
+    drawn = page.locator("svg path[stroke='var(--color-lineage-edge)']").count()
+    assert drawn == len(EDGES), drawn
     _shoot(page, "asset_lineage")
 
     # corpus_snapshot: the content digest in the latest materialization's metadata.
