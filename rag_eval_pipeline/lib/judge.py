@@ -104,7 +104,7 @@ class DeterministicJudge:
 
     entail_coverage: float = 0.8
     contradict_coverage: float = 0.6
-    judge_id: str = "deterministic-lexical-v1"
+    judge_id: str = "deterministic-lexical-v2"
 
     def config(self) -> dict:
         return {
