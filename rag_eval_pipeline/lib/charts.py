@@ -172,26 +172,20 @@ def abstention_sweep_figure(sweep: pl.DataFrame, recommended: float | None) -> F
     thresholds = sweep["threshold"].to_list()
     with _style():
         figure, axes = _new_figure()
-        axes.step(
-            thresholds,
-            sweep["unanswerable_answered"].to_list(),
-            where="post",
-            color=VERMILLION,
-            linewidth=2,
-            marker="o",
-            markersize=3,
-            label="Unanswerable questions answered",
-        )
-        axes.step(
-            thresholds,
-            sweep["answerable_refused"].to_list(),
-            where="post",
-            color=BLUE,
-            linewidth=2,
-            marker="o",
-            markersize=3,
-            label="Answerable questions refused",
-        )
+        for column, color, label in (
+            ("unanswerable_answered", VERMILLION, "Unanswerable questions answered"),
+            ("answerable_refused", BLUE, "Answerable questions refused"),
+        ):
+            axes.step(
+                thresholds,
+                sweep[column].to_list(),
+                where="post",
+                color=color,
+                linewidth=2,
+                marker="o",
+                markersize=3,
+                label=label,
+            )
         subtitle = "A question is answered when its best retrieval score reaches the threshold"
         if recommended is not None and _finite(recommended):
             axes.axvline(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from rag_eval_pipeline.lib.statistics import resampled_means
+
 MCNEMAR = "mcnemar_exact"
 PAIRED_BOOTSTRAP = "paired_bootstrap"
 
@@ -87,12 +89,7 @@ def paired_bootstrap(
     n = differences.size
     if n == 0:
         return math.nan, math.nan, math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    block = max(1, min(resamples, 2_000_000 // n))
-    for start in range(0, resamples, block):
-        stop = min(resamples, start + block)
-        means[start:stop] = differences[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    means = resampled_means(differences, seed=seed, resamples=resamples)
     alpha = (1 - level) / 2
     low, high = np.quantile(means, [alpha, 1 - alpha])
     if np.all(differences == 0):

@@ -211,18 +211,25 @@ def _grades(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
     return parsed
 
 
+def _judgements(
+    lines: pl.DataFrame, path: Path, *, query: int, doc: int, grade: int
+) -> pl.DataFrame:
+    """Query id, document id and integer grade from the given field positions of each line."""
+    qrels = lines.select(
+        "line",
+        pl.col("fields").list.get(query).alias("query_id"),
+        pl.col("fields").list.get(doc).alias("doc_id"),
+        pl.col("fields").list.get(grade).alias("grade_text"),
+    )
+    return _grades(qrels, path).select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
+
+
 def _trec_qrels_lines(path: Path) -> pl.DataFrame:
     lines = _split_lines(path)
     if not lines.height:
         raise _fail(path, "qrels file has no lines")
     _check_field_count(lines, 4, path, "qid iter docno rel")
-    qrels = lines.select(
-        "line",
-        pl.col("fields").list.get(0).alias("query_id"),
-        pl.col("fields").list.get(2).alias("doc_id"),
-        pl.col("fields").list.get(3).alias("grade_text"),
-    )
-    return _grades(qrels, path).select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
+    return _judgements(lines, path, query=0, doc=2, grade=3)
 
 
 def _qrels_table_lines(path: Path) -> pl.DataFrame:
@@ -234,13 +241,7 @@ def _qrels_table_lines(path: Path) -> pl.DataFrame:
     body = lines.slice(1)
     if not body.height:
         raise _fail(path, "qrels table has a header but no judgements", lines["line"][0])
-    qrels = body.select(
-        "line",
-        pl.col("fields").list.get(0).alias("query_id"),
-        pl.col("fields").list.get(1).alias("doc_id"),
-        pl.col("fields").list.get(2).alias("grade_text"),
-    )
-    return _grades(qrels, path).select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
+    return _judgements(body, path, query=0, doc=1, grade=2)
 
 
 def _qrels_lines(path: Path) -> pl.DataFrame:

@@ -23,6 +23,7 @@ import duckdb
 import polars as pl
 
 from rag_eval_pipeline.lib import charts
+from rag_eval_pipeline.lib.generation_metrics import METRIC_ROW_SCHEMA
 from rag_eval_pipeline.lib.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.summary import (
     HEADLINE_GENERATION,
@@ -101,13 +102,7 @@ HISTORY_SCHEMA = {
     "n": pl.Int64,
 }
 STRATUM_SCHEMA = {
-    "scope": pl.String,
-    "scope_value": pl.String,
-    "metric": pl.String,
-    "value": pl.Float64,
-    "ci_low": pl.Float64,
-    "ci_high": pl.Float64,
-    "n": pl.Int64,
+    name: dtype for name, dtype in METRIC_ROW_SCHEMA.items() if name != "interval_method"
 }
 
 

@@ -26,25 +26,30 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | Non
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def bootstrap_mean_interval(
-    values: np.ndarray, *, seed: int = 20261001, resamples: int = 1000, level: float = 0.95
-) -> tuple[float | None, float | None]:
-    """Percentile bootstrap interval of the mean (items resampled with replacement).
-
-    Resampling is done in blocks so memory stays bounded for large n. ``(None, None)`` when
-    there are no values; a single value gives a zero-width interval.
-    """
-    values = np.asarray(values, dtype=np.float64)
+def resampled_means(values: np.ndarray, *, seed: int, resamples: int) -> np.ndarray:
+    """Means of ``resamples`` bootstrap samples of ``values`` (items drawn with replacement),
+    seeded; drawn in blocks so memory stays bounded for large n."""
     n = values.size
-    if n == 0:
-        return None, None
     rng = np.random.default_rng(seed)
     means = np.empty(resamples)
     block = max(1, min(resamples, 2_000_000 // n))
     for start in range(0, resamples, block):
         stop = min(resamples, start + block)
-        draws = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = values[draws].mean(axis=1)
+        means[start:stop] = values[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    return means
+
+
+def bootstrap_mean_interval(
+    values: np.ndarray, *, seed: int = 20261001, resamples: int = 1000, level: float = 0.95
+) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval of the mean (items resampled with replacement).
+
+    ``(None, None)`` when there are no values; a single value gives a zero-width interval.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return None, None
+    means = resampled_means(values, seed=seed, resamples=resamples)
     alpha = (1 - level) / 2
     low, high = np.quantile(means, [alpha, 1 - alpha])
     return float(low), float(high)
