@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 from rag_eval_pipeline.lib.judge import ENTAILED
-from rag_eval_pipeline.lib.llm_judge import LLMJudge
-from rag_eval_pipeline_tests.fake_openai import FakeOpenAI
+
+from rag_eval_pipeline.lib.judges.llm import LLMJudge
+from rag_eval_pipeline.testing.fake_openai import FakeOpenAI
 
 CLAIMS = 1000
 CONCURRENCY = 16

@@ -34,8 +34,8 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from rag_eval_pipeline.lib.formats import trec_ranks
-from rag_eval_pipeline.lib.retrieval_metrics import per_query
+from rag_eval_pipeline.lib.inputs.formats import trec_ranks
+from rag_eval_pipeline.lib.metrics.retrieval import per_query
 
 MEASURES = ("nDCG@10", "RR@10", "R@10", "Success@10")
 RANX_NAMES = {

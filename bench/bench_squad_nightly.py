@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rag_eval_pipeline.lib.formats import import_squad
+from rag_eval_pipeline.lib.inputs.formats import import_squad
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 90.0

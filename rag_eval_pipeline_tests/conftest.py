@@ -1,21 +1,31 @@
-"""Shared fixtures: a small procedure library copied into a temporary folder per test."""
+"""Shared fixtures: a small procedure library copied into a temporary folder per test, as a suite.
+
+The fixture suite is named after its golden set, ``golden``: ``<tmp>/suites/golden.yaml`` points
+at ``<tmp>/library/golden.jsonl`` and the snapshots under ``<tmp>/library``.
+"""
 
 import shutil
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
-from rag_eval_pipeline.definitions import ASSETS
-from rag_eval_pipeline.defs.resources import (
-    DeterministicJudgeResource,
-    EvalSettings,
-    ReferenceSystemResource,
-    WarehouseResource,
+from rag_eval_pipeline.defs.resources import ReferenceSystemResource
+from rag_eval_pipeline.testing import (
+    evaluation_assets,
+    evaluation_resources,
+    materialize_suite,
+    write_suite_file,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NIGHT = "2026-10-15"
+SUITE = "golden"
+FIXTURE_GATES = FIXTURES / "gates.yaml"
+
+
+def fixture_assets() -> list:
+    """The nightly graph and run_comparison with the fixture's gates."""
+    return evaluation_assets(FIXTURE_GATES)
 
 
 @pytest.fixture
@@ -26,29 +36,46 @@ def library(tmp_path: Path) -> Path:
     return target
 
 
-def fixture_resources(library: Path, warehouse_path: Path, judge=None, **settings) -> dict:
-    """Resources pointing at the fixture library, with a threshold that suits its tiny corpus."""
-    return {
-        "settings": EvalSettings(
-            corpus_root=str(library),
-            golden_set=str(library / "golden.jsonl"),
-            human_labels=settings.pop("human_labels", ""),
-            **settings,
-        ),
-        "system": ReferenceSystemResource(evidence_threshold=1.0),
-        "judge": judge or DeterministicJudgeResource(),
-        "warehouse_db": WarehouseResource(path=str(warehouse_path)),
-    }
+def fixture_suites(library: Path, *, human_labels=None, trace_store=None) -> Path:
+    """The suite registry folder beside the library, holding the fixture suite."""
+    registry = library.parent / "suites"
+    write_suite_file(
+        registry,
+        SUITE,
+        golden_set=library / "golden.jsonl",
+        corpus_root=library,
+        human_labels=human_labels or None,
+        trace_store=trace_store or None,
+    )
+    return registry
+
+
+def fixture_resources(
+    library: Path, warehouse_path: Path, judge=None, system=None, **settings
+) -> dict:
+    """Resources pointing at the fixture suite, with a threshold that suits its tiny corpus."""
+    registry = fixture_suites(
+        library,
+        human_labels=settings.pop("human_labels", None),
+        trace_store=settings.pop("trace_store", None),
+    )
+    return evaluation_resources(
+        suites=registry,
+        warehouse=warehouse_path,
+        system=system or ReferenceSystemResource(evidence_threshold=1.0),
+        judge=judge,
+        **settings,
+    )
 
 
 def materialize_night(
-    library: Path, warehouse_path: Path, night: str = NIGHT, judge=None, **settings
+    library: Path, warehouse_path: Path, night: str = NIGHT, judge=None, instance=None, **settings
 ):
-    """Materialize the whole graph for one night into ``warehouse_path``."""
-    return dg.materialize(
-        ASSETS,
-        resources=fixture_resources(library, warehouse_path, judge, **settings),
-        partition_key=night,
-        instance=dg.DagsterInstance.ephemeral(),
-        raise_on_error=False,
+    """Materialize the whole graph of the fixture suite for one night into ``warehouse_path``."""
+    return materialize_suite(
+        night,
+        SUITE,
+        fixture_resources(library, warehouse_path, judge, **settings),
+        instance=instance,
+        assets=fixture_assets(),
     )

@@ -6,8 +6,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rag_eval_pipeline.lib.corpus import CorpusError, load_snapshot
-from rag_eval_pipeline.lib.golden import GoldenSetError, load_golden_set
+from rag_eval_pipeline.lib.inputs.corpus import CorpusError, load_snapshot
+from rag_eval_pipeline.lib.inputs.golden import GoldenSetError, load_golden_set
 
 from .conftest import materialize_night
 

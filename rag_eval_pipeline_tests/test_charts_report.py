@@ -23,8 +23,8 @@ import pytest
 from matplotlib.text import Text
 from PIL import Image
 
-from rag_eval_pipeline.lib import charts, report
-from rag_eval_pipeline.lib.golden import NO_ANSWER_STRATA
+from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
+from rag_eval_pipeline.lib.reporting import charts, report
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RAG_EVAL = Path(sys.executable).parent / "rag-eval"
@@ -112,7 +112,7 @@ def test_the_same_data_gives_the_same_bytes(report_data, rendered, tmp_path):
     data_file.write_text(json.dumps(report_data), encoding="utf-8")
     script = (
         "import hashlib, json, sys\n"
-        "from rag_eval_pipeline.lib import report\n"
+        "from rag_eval_pipeline.lib.reporting import report\n"
         "data = json.load(open(sys.argv[1], encoding='utf-8'))\n"
         "charts = report.render_charts(data)\n"
         "print(json.dumps({k: hashlib.sha256(v).hexdigest() for k, v in charts.items()}))\n"
@@ -149,14 +149,16 @@ def test_history_keeps_to_completed_runs_of_the_same_golden_set_and_system(
     with duckdb.connect(str(copy)) as connection:
         assert report.load_history(connection, tonight)["eval_run_id"].unique().len() == 2
         connection.execute(
-            "UPDATE eval_runs SET completed_at = NULL WHERE eval_run_id = $run", {"run": first}
+            "UPDATE eval_run_records SET status = 'started', completed_at = NULL "
+            "WHERE eval_run_id = $run",
+            {"run": first},
         )
         # An unfinished run is left out of others' history but is in its own.
         assert set(report.load_history(connection, tonight)["eval_run_id"]) == {tonight}
         assert set(report.load_history(connection, first)["eval_run_id"]) == {first, tonight}
         connection.execute(
-            "UPDATE eval_runs SET completed_at = now(), system_config_digest = 'other' "
-            "WHERE eval_run_id = $run",
+            "UPDATE eval_run_records SET status = 'complete', completed_at = now(), "
+            "system_config_digest = 'other' WHERE eval_run_id = $run",
             {"run": first},
         )
         assert set(report.load_history(connection, tonight)["eval_run_id"]) == {tonight}

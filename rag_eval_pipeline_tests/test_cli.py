@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .conftest import fixture_suites
+
 ROOT = Path(__file__).resolve().parents[1]
 RAG_EVAL = str(Path(sys.executable).parent / "rag-eval")
 
@@ -95,30 +97,35 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
         "DAGSTER_HOME": str(home),
         "RAG_EVAL_WAREHOUSE": str(tmp_path / "w.duckdb"),
         "RAG_EVAL_GATES": str(gates),
+        "RAG_EVAL_SUITES": str(fixture_suites(library)),
     }
     config = tmp_path / "run.yaml"
     config.write_text(
-        yaml.safe_dump(
-            {
-                "resources": {
-                    "settings": {
-                        "config": {
-                            "corpus_root": str(library),
-                            "golden_set": str(library / "golden.jsonl"),
-                            "human_labels": "",
-                        }
-                    },
-                    "system": {"config": {"evidence_threshold": 1.0}},
-                }
-            }
-        )
+        yaml.safe_dump({"resources": {"system": {"config": {"evidence_threshold": 1.0}}}})
     )
-    first = rag_eval("nightly", "--partition", "2026-10-15", "--config", str(config), env=env)
+    first = rag_eval(
+        "nightly",
+        "--suite",
+        "golden",
+        "--partition",
+        "2026-10-15",
+        "--config",
+        str(config),
+        env=env,
+    )
     assert first.returncode == 0, first.stderr
     assert "is the baseline of golden" in first.stdout
     assert "Success@5" in first.stdout
     second = rag_eval(
-        "nightly", "--partition", "2026-10-16", "--config", str(config), "--no-summary", env=env
+        "nightly",
+        "--suite",
+        "golden",
+        "--partition",
+        "2026-10-16",
+        "--config",
+        str(config),
+        "--no-summary",
+        env=env,
     )
     assert second.returncode == 0, second.stderr
     assert "is comparable with baseline" in second.stdout
@@ -158,11 +165,15 @@ def test_import_rejects_bad_beir_input(tmp_path):
         "import",
         "beir",
         str(folder),
+        "--suite",
+        "beir-bad",
         "--snapshot-dir",
         str(tmp_path / "s" / "2026-01-01"),
         "--golden",
         str(tmp_path / "g.jsonl"),
+        env={"RAG_EVAL_SUITES": str(tmp_path / "suites")},
     )
     assert completed.returncode == 2
     assert "corpus.jsonl:2" in completed.stderr
+    assert not (tmp_path / "suites" / "beir-bad.yaml").exists()
     assert not (tmp_path / "s" / "2026-01-01").exists() and not (tmp_path / "g.jsonl").exists()

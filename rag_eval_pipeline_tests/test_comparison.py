@@ -8,59 +8,64 @@ import dagster as dg
 import duckdb
 import numpy as np
 import pytest
+from dagster._core.definitions.partitions.context import partition_loading_context
 from scipy import stats
 from statsmodels.stats.contingency_tables import mcnemar
 
-from rag_eval_pipeline.definitions import ASSETS, defs
-from rag_eval_pipeline.defs.comparison import comparison_guard, run_comparison
+from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.resources import ReferenceSystemResource
-from rag_eval_pipeline.lib.comparison import mcnemar_exact, paired_bootstrap
-from rag_eval_pipeline.lib.corpus import freeze_snapshot
-from rag_eval_pipeline.lib.run_identity import (
+from rag_eval_pipeline.lib.deployment import Deployment
+from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
+from rag_eval_pipeline.lib.metrics.comparison import mcnemar_exact, paired_bootstrap
+from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_REASON_TAG,
     REBASELINE_TAG,
     REQUESTED_BY_TAG,
 )
+from rag_eval_pipeline.testing import materialize_suite
 
-from .conftest import fixture_resources
+from .conftest import FIXTURE_GATES, SUITE, fixture_assets, fixture_resources
 
 
 class Nights:
-    """Materializes nights of the fixture library into one ephemeral instance and warehouse."""
+    """Materializes nights of the fixture suite into one ephemeral instance and warehouse."""
 
     def __init__(self, library: Path, warehouse: Path):
         self.library = library
         self.warehouse = warehouse
         self.instance = dg.DagsterInstance.ephemeral()
+        self.assets = fixture_assets()
+        self.defs = build_definitions(
+            Deployment(gates=str(FIXTURE_GATES)),
+            resources=fixture_resources(library, warehouse),
+        )
 
     def run(self, night: str, tags: dict | None = None, system: dict | None = None):
         resources = fixture_resources(self.library, self.warehouse)
         if system is not None:
             resources["system"] = ReferenceSystemResource(**system)
-        result = dg.materialize(
-            ASSETS,
-            resources=resources,
-            partition_key=night,
-            instance=self.instance,
-            tags=tags or {},
+        result = materialize_suite(
+            night, SUITE, resources, instance=self.instance, assets=self.assets, tags=tags
         )
         assert result.success
         return result
 
     def compare(self, night: str, run_config: dict | None = None):
-        return dg.materialize(
-            [*ASSETS, run_comparison],
-            selection=[run_comparison],
-            resources=fixture_resources(self.library, self.warehouse),
-            partition_key=night,
+        return materialize_suite(
+            night,
+            SUITE,
+            fixture_resources(self.library, self.warehouse),
             instance=self.instance,
-            run_config=run_config or {},
-            raise_on_error=False,
+            assets=self.assets,
+            selection=[a for a in self.assets if a.key.path[-1] == "run_comparison"],
+            run_config=run_config,
         )
 
     def tick(self):
-        context = dg.build_sensor_context(instance=self.instance, definitions=defs)
-        return comparison_guard.evaluate_tick(context)
+        context = dg.build_sensor_context(instance=self.instance, definitions=self.defs)
+        # The daemon evaluates sensors with the instance as the dynamic-partitions store.
+        with partition_loading_context(dynamic_partitions_store=self.instance):
+            return self.defs.resolve_sensor_def("comparison_guard").evaluate_tick(context)
 
     def query(self, sql: str, parameters: dict | None = None):
         with duckdb.connect(str(self.warehouse), read_only=True) as connection:
@@ -105,7 +110,7 @@ def test_same_digests_request_the_comparison(nights):
     tick = nights.tick()
     assert [r.job_name for r in tick.run_requests] == ["run_comparison_job"]
     request = tick.run_requests[0]
-    assert request.partition_key == "2026-10-16"
+    assert request.partition_key == "2026-10-16|golden"
     candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
     assert candidate.startswith("2026-10-16-")
     result = nights.compare("2026-10-16", request.run_config)
@@ -229,12 +234,19 @@ def test_hand_materialized_comparison_across_snapshots_is_blocked(nights, librar
 def test_schedule_requests_the_nights_partition_at_two():
     # A night's partition is named by the date the run happens on (end_offset=1), the same
     # date `make nightly` uses, so the 02:00 tick on 29 November evaluates 2026-11-29.
+    defs = build_definitions(Deployment())
     schedule = defs.resolve_schedule_def("nightly_eval_schedule")
-    context = dg.build_schedule_context(
-        scheduled_execution_time=__import__("datetime").datetime(2026, 11, 29, 2, 0)
-    )
-    requests = schedule.evaluate_tick(context).run_requests
-    assert [r.partition_key for r in requests] == ["2026-11-29"]
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=__import__("datetime").datetime(2026, 11, 29, 2, 0),
+            repository_def=defs.get_repository_def(),
+        )
+        requests = schedule.evaluate_tick(context).run_requests
+        assert instance.get_dynamic_partitions("suite") == ["procedures"]
+    # One partition per nightly suite: the night of the tick and the bundled suite.
+    assert [r.partition_key.split("|")[0] for r in requests] == ["2026-11-29"]
+    assert [r.partition_key for r in requests] == ["2026-11-29|procedures"]
     assert requests[0].job_name in (None, "nightly_eval")
 
 

@@ -6,14 +6,14 @@ import shutil
 import polars as pl
 import pytest
 
-from rag_eval_pipeline.lib.corpus import (
+from rag_eval_pipeline.lib.inputs.corpus import (
     CorpusError,
     choose_snapshot,
     freeze_snapshot,
     load_snapshot,
     passage_id,
 )
-from rag_eval_pipeline.lib.golden import load_golden_set, validate_against_snapshot
+from rag_eval_pipeline.lib.inputs.golden import load_golden_set, validate_against_snapshot
 
 
 def test_passages_carry_stable_versioned_ids(library):

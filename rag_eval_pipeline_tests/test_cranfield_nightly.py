@@ -31,21 +31,21 @@ if not DATASETS:
         allow_module_level=True,
     )
 
-import dagster as dg  # noqa: E402
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import pytrec_eval  # noqa: E402
 
-from rag_eval_pipeline.definitions import ASSETS  # noqa: E402
-from rag_eval_pipeline.defs.resources import (  # noqa: E402
-    DeterministicJudgeResource,
-    EvalSettings,
-    ReferenceSystemResource,
-    WarehouseResource,
+from rag_eval_pipeline.defs.resources import ReferenceSystemResource  # noqa: E402
+from rag_eval_pipeline.lib.inputs.formats import import_trec, read_trec_qrels  # noqa: E402
+from rag_eval_pipeline.lib.metrics.statistics import wilson_interval  # noqa: E402
+from rag_eval_pipeline.testing import (  # noqa: E402
+    evaluation_resources,
+    materialize_suite,
+    write_suite_file,
 )
-from rag_eval_pipeline.lib.formats import import_trec, read_trec_qrels  # noqa: E402
-from rag_eval_pipeline.lib.statistics import wilson_interval  # noqa: E402
+
+from .conftest import fixture_assets  # noqa: E402
 
 pytestmark = pytest.mark.datasets
 
@@ -77,21 +77,22 @@ def warehouse(tmp_path_factory) -> duckdb.DuckDBPyConnection:
     )
     assert (report.documents, report.items, report.answerable) == (1400, 225, 225)
     warehouse_path = root / "warehouse" / "rag_eval.duckdb"
-    result = dg.materialize(
-        ASSETS,
-        resources={
-            "settings": EvalSettings(
-                corpus_root=str(root / "corpus"),
-                golden_set=str(root / "cranfield.jsonl"),
-                snapshot=SNAPSHOT,
-                human_labels="",
-            ),
-            "system": ReferenceSystemResource(evidence_threshold=0.0),
-            "judge": DeterministicJudgeResource(),
-            "warehouse_db": WarehouseResource(path=str(warehouse_path)),
-        },
-        partition_key=NIGHT,
-        instance=dg.DagsterInstance.ephemeral(),
+    write_suite_file(
+        root / "suites",
+        "cranfield",
+        golden_set=root / "cranfield.jsonl",
+        corpus_root=root / "corpus",
+        snapshot=SNAPSHOT,
+    )
+    result = materialize_suite(
+        NIGHT,
+        "cranfield",
+        evaluation_resources(
+            suites=root / "suites",
+            warehouse=warehouse_path,
+            system=ReferenceSystemResource(evidence_threshold=0.0),
+        ),
+        assets=fixture_assets(),
     )
     assert result.success
     connection = duckdb.connect(str(warehouse_path), read_only=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rag_eval_pipeline.lib import formats
-from rag_eval_pipeline.lib.corpus import DOC_ID_PATTERN, load_snapshot
-from rag_eval_pipeline.lib.formats import (
+from rag_eval_pipeline.lib.inputs import formats
+from rag_eval_pipeline.lib.inputs.corpus import DOC_ID_PATTERN, load_snapshot
+from rag_eval_pipeline.lib.inputs.formats import (
     FormatError,
     grade_rule,
     import_beir,
@@ -29,12 +29,13 @@ from rag_eval_pipeline.lib.formats import (
     safe_doc_id,
     write_trec_run,
 )
-from rag_eval_pipeline.lib.golden import (
+from rag_eval_pipeline.lib.inputs.golden import (
     GoldenSetError,
     load_golden_set,
     validate_against_snapshot,
 )
-from rag_eval_pipeline.lib.system import ReferenceSystem
+from rag_eval_pipeline.lib.systems.protocol import Query
+from rag_eval_pipeline.lib.systems.reference import ReferenceSystem
 
 
 def write(path: Path, text: str) -> Path:
@@ -300,7 +301,9 @@ def test_beir_import_gives_a_snapshot_and_golden_set_the_loaders_accept(beir_fol
     )
     assert report.corpus_digest == snapshot.corpus_digest
 
-    hits = ReferenceSystem(snapshot.passages).retrieve("how cold are vaccines kept", 1)
+    [hits] = ReferenceSystem(snapshot.passages).retrieve_batch(
+        [Query("q", "how cold are vaccines kept")], 1
+    )
     assert hits[0].passage_id == "d1@v1#s1"
 
 

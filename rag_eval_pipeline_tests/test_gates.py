@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rag_eval_pipeline.lib.gates import (
+from rag_eval_pipeline.lib.runs.gates import (
     FAILED,
     NOT_CALIBRATED,
     PASSED,

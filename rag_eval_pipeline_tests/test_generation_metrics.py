@@ -8,8 +8,8 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.proportion import proportion_confint
 
-from rag_eval_pipeline.lib.calibration import calibrate, cohen_kappa
-from rag_eval_pipeline.lib.generation_metrics import (
+from rag_eval_pipeline.lib.judges.calibration import calibrate, cohen_kappa
+from rag_eval_pipeline.lib.metrics.generation import (
     OUTCOME_SCHEMA,
     abstention_sweep,
     exact_match,
@@ -17,8 +17,8 @@ from rag_eval_pipeline.lib.generation_metrics import (
     summarise,
     token_f1,
 )
-from rag_eval_pipeline.lib.retrieval_metrics import per_query
-from rag_eval_pipeline.lib.statistics import wilson_interval
+from rag_eval_pipeline.lib.metrics.retrieval import per_query
+from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
 
 # The scoring exercise: (id, answerable, right page, retrieved top 3, refused, claims, supported,
 # relevant).
@@ -106,7 +106,13 @@ def test_judge_errors_are_never_counted_as_supported() -> None:
         }
     )
     outcomes = outcomes_frame([{"item_id": "q1", "answerable": True, "refused": False}])
-    assert metric(summarise(outcomes, judged_items(verdicts)), "faithfulness")["value"] == 0.5
+    rows = summarise(outcomes, judged_items(verdicts))
+    # A claim the judge failed on is neither supported nor unsupported: it leaves the rates
+    # (faithfulness is 1 of the 1 judged claim) and is counted beside them.
+    assert metric(rows, "faithfulness")["value"] == 1.0
+    assert metric(rows, "unsupported_claim_rate")["n"] == 1
+    assert metric(rows, "judge_error_rate")["value"] == 0.5
+    assert metric(rows, "judge_error_rate")["n"] == 2
 
 
 def test_scoring_exercise() -> None:

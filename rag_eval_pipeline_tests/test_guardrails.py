@@ -10,9 +10,10 @@ import polars as pl
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from rag_eval_pipeline.lib import guardrails
-from rag_eval_pipeline.lib.generation_metrics import guardrail_metrics
-from rag_eval_pipeline.lib.system import Hit, ReferenceConfig, ReferenceSystem
+from rag_eval_pipeline.lib.metrics.generation import guardrail_metrics
+from rag_eval_pipeline.lib.systems import guardrails
+from rag_eval_pipeline.lib.systems.protocol import Hit
+from rag_eval_pipeline.lib.systems.reference import ReferenceConfig, ReferenceSystem
 
 from .conftest import materialize_night
 
@@ -107,7 +108,7 @@ def test_evidence_check_abstains_before_the_answer_step(system, monkeypatch):
     def no_answer_step(*args, **kwargs):
         raise AssertionError("the answer step ran although the evidence check should abstain")
 
-    monkeypatch.setattr("rag_eval_pipeline.lib.system.extractive_answer", no_answer_step)
+    monkeypatch.setattr("rag_eval_pipeline.lib.systems.reference.extractive_answer", no_answer_step)
     weak = [Hit("LAB-001@v2#s2", 2.99, 1), Hit("LAB-001@v2#s1", 1.5, 2)]
     response = system.respond("how soon must blood tubes be labelled", weak, 5)
     assert response.refused

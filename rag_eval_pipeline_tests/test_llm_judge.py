@@ -8,15 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_eval_pipeline.lib.judge import (
-    CONTRADICTED,
-    ENTAILED,
-    JUDGE_ERROR,
-    UNSUPPORTED,
-    Claim,
-    Verdict,
-)
-from rag_eval_pipeline.lib.llm_judge import (
+from rag_eval_pipeline.lib.judges.llm import (
     PROMPT_VERSION,
     LLMJudge,
     LLMJudgeError,
@@ -25,7 +17,15 @@ from rag_eval_pipeline.lib.llm_judge import (
     parse_claims,
     parse_verdict,
 )
-from rag_eval_pipeline_tests.fake_openai import FakeOpenAI
+from rag_eval_pipeline.lib.judges.protocol import (
+    CONTRADICTED,
+    ENTAILED,
+    JUDGE_ERROR,
+    UNSUPPORTED,
+    Claim,
+    Verdict,
+)
+from rag_eval_pipeline.testing.fake_openai import FakeOpenAI
 
 API_KEY = "sk-test-9f8e7d6c5b4a-DO-NOT-LEAK"
 KEY_ENV = "RAG_EVAL_TEST_JUDGE_KEY"
@@ -240,7 +240,7 @@ def test_api_key_never_leaks(
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="rag_eval_pipeline.lib.llm_judge")
+    caplog.set_level(logging.DEBUG, logger="rag_eval_pipeline.lib.judges.llm")
     judge = make_judge()
     fake.fail("rate_limit", times=1, retry_after="0")
     fake.fail("not_json", times=4)

@@ -4,9 +4,9 @@ import duckdb
 import pytest
 
 from rag_eval_pipeline.defs.resources import LLMJudgeResource
+from rag_eval_pipeline.testing.fake_openai import FakeOpenAI
 
 from .conftest import materialize_night
-from .fake_openai import FakeOpenAI
 
 KEY_ENV = "RAG_EVAL_TEST_JUDGE_KEY"
 API_KEY = "sk-pipeline-test-secret"

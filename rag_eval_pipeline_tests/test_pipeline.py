@@ -9,7 +9,7 @@ import math
 import duckdb
 import pytest
 
-from rag_eval_pipeline.lib.warehouse import TABLES
+from rag_eval_pipeline.lib.store.warehouse import TABLES
 
 from .conftest import materialize_night
 

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 import pytrec_eval
 
-from rag_eval_pipeline.lib.retrieval_metrics import per_query
+from rag_eval_pipeline.lib.metrics.retrieval import per_query
 
 CUTOFFS = (1, 3, 10, 40)
 EVERY_MEASURE = [

@@ -13,21 +13,17 @@ import json
 import os
 from pathlib import Path
 
-import dagster as dg
 import duckdb
 import polars as pl
 import pytest
 
-from rag_eval_pipeline.definitions import ASSETS
-from rag_eval_pipeline.defs.resources import (
-    DeterministicJudgeResource,
-    EvalSettings,
-    ReplaySystemResource,
-    WarehouseResource,
-)
-from rag_eval_pipeline.lib.formats import import_squad
-from rag_eval_pipeline.lib.generation_metrics import item_outcomes
-from rag_eval_pipeline.lib.golden import GOLD_SCHEMA, ITEM_SCHEMA, load_golden_set
+from rag_eval_pipeline.defs.resources import ReplaySystemResource
+from rag_eval_pipeline.lib.inputs.formats import import_squad
+from rag_eval_pipeline.lib.inputs.golden import GOLD_SCHEMA, ITEM_SCHEMA, load_golden_set
+from rag_eval_pipeline.lib.metrics.generation import item_outcomes
+from rag_eval_pipeline.testing import evaluation_resources, materialize_suite, write_suite_file
+
+from .conftest import fixture_assets
 
 DATASETS = os.environ.get("RAG_EVAL_DATASETS")
 needs_squad = pytest.mark.skipif(
@@ -84,20 +80,22 @@ def replay_traces(squad: dict, oracle: bool) -> list[dict]:
 
 def materialize_replay(squad: dict, traces: Path, warehouse_path: Path) -> str:
     """The whole graph for one night with the replay as the system under test; its run id."""
-    result = dg.materialize(
-        ASSETS,
-        resources={
-            "settings": EvalSettings(
-                corpus_root=str(squad["root"] / "corpus"),
-                golden_set=str(squad["report"].golden_path),
-                human_labels="",
-            ),
-            "system": ReplaySystemResource(path=str(traces)),
-            "judge": DeterministicJudgeResource(),
-            "warehouse_db": WarehouseResource(path=str(warehouse_path)),
-        },
-        partition_key=NIGHT,
-        instance=dg.DagsterInstance.ephemeral(),
+    registry = squad["root"] / "suites"
+    write_suite_file(
+        registry,
+        "squad",
+        golden_set=squad["report"].golden_path,
+        corpus_root=squad["root"] / "corpus",
+    )
+    result = materialize_suite(
+        NIGHT,
+        "squad",
+        evaluation_resources(
+            suites=registry,
+            warehouse=warehouse_path,
+            system=ReplaySystemResource(path=str(traces)),
+        ),
+        assets=fixture_assets(),
     )
     assert result.success
     return result.output_for_node("retrieval_run")["eval_run_id"]

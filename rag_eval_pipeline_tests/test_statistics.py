@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from rag_eval_pipeline.lib.retrieval_metrics import aggregate, per_query
-from rag_eval_pipeline.lib.statistics import bootstrap_mean_interval, wilson_interval
+from rag_eval_pipeline.lib.metrics.retrieval import aggregate, per_query
+from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, wilson_interval
 
 
 def seed_run() -> tuple[pl.DataFrame, pl.DataFrame]:

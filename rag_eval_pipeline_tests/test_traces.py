@@ -12,8 +12,9 @@ import polars as pl
 import pytest
 
 from rag_eval_pipeline.defs.resources import ReplaySystemResource
-from rag_eval_pipeline.lib.system import Hit, ReplaySystem
-from rag_eval_pipeline.lib.traces import TRACE_SCHEMA, TraceError, load_traces
+from rag_eval_pipeline.lib.inputs.traces import TRACE_SCHEMA, TraceError, load_traces
+from rag_eval_pipeline.lib.systems.protocol import Hit, Query
+from rag_eval_pipeline.lib.systems.replay import ReplaySystem
 
 DIGEST = "4b978a8e47bf565fca00ecee458a8a05b0ba98941a4c19df444175616c517bac"
 
@@ -205,9 +206,10 @@ def traces_path(tmp_path) -> Path:
 def test_replay_serves_the_recorded_retrieval_and_answer(traces_path):
     replay = ReplaySystem(traces_path)
     question = "how soon do blood tubes need labelling"
-    assert replay.retrieve(question, 1) == [Hit("LAB-LABEL-001@v2#s2", 7.25, 1)]
+    asked = [Query(None, question)]
+    assert replay.retrieve_batch(asked, 1) == [[Hit("LAB-LABEL-001@v2#s2", 7.25, 1)]]
     # The context as sent is replayed whatever hits and context size the caller passes.
-    response = replay.respond(question, [], 1)
+    [response] = replay.respond_batch(asked, [[]], 1)
     assert not response.refused
     assert response.answer.endswith("[LAB-LABEL-001@v2#s2]")
     assert response.context_ids == ("LAB-LABEL-001@v2#s2", "LAB-LABEL-001@v2#s1")
@@ -218,9 +220,11 @@ def test_replay_serves_the_recorded_retrieval_and_answer(traces_path):
 def test_replay_serves_repeated_questions_in_file_order(traces_path):
     replay = ReplaySystem(traces_path)
     repeated = "where does the fridge log go"
-    hits = replay.retrieve_many([repeated, "how soon do blood tubes need labelling", repeated], 5)
+    hits = replay.retrieve_batch(
+        [Query(None, q) for q in (repeated, "how soon do blood tubes need labelling", repeated)], 5
+    )
     assert [len(h) for h in hits] == [1, 2, 0]
-    answers = [replay.respond(repeated, [], 5) for _ in range(3)]
+    answers = [replay.respond_batch([Query(None, repeated)], [[]], 5)[0] for _ in range(3)]
     assert [a.refused for a in answers] == [False, True, False]
     assert answers[1].refusal_reason == "evidence_check:no_current_passage_above_threshold"
     assert answers[1].best_score is None
@@ -229,14 +233,14 @@ def test_replay_serves_repeated_questions_in_file_order(traces_path):
 def test_replay_prefers_the_item_id_when_given(traces_path):
     replay = ReplaySystem(traces_path)
     repeated = "where does the fridge log go"
-    assert replay.respond(repeated, [], 5, item_id="q3").refused
-    assert replay.retrieve_many([repeated, repeated], 5, item_ids=["q3", "q2"])[0] == []
+    assert replay.respond_batch([Query("q3", repeated)], [[]], 5)[0].refused
+    assert replay.retrieve_batch([Query("q3", repeated), Query("q2", repeated)], 5)[0] == []
 
 
 def test_replay_without_a_trace_for_the_question_fails(traces_path):
     replay = ReplaySystem(traces_path)
     with pytest.raises(TraceError, match=r"traces.jsonl: no trace for question 'unknown\?'"):
-        replay.retrieve("unknown?", 5)
+        replay.retrieve_batch([Query(None, "unknown?")], 5)
 
 
 def test_replay_refuses_traces_from_another_corpus_state(traces_path):

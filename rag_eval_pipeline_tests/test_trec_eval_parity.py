@@ -38,8 +38,8 @@ import ir_measures  # noqa: E402
 import pytrec_eval  # noqa: E402
 import Stemmer  # noqa: E402
 
-from rag_eval_pipeline.lib.formats import read_trec_qrels, read_trec_run  # noqa: E402
-from rag_eval_pipeline.lib.retrieval_metrics import per_query  # noqa: E402
+from rag_eval_pipeline.lib.inputs.formats import read_trec_qrels, read_trec_run  # noqa: E402
+from rag_eval_pipeline.lib.metrics.retrieval import per_query  # noqa: E402
 
 pytestmark = pytest.mark.datasets
 

@@ -220,7 +220,7 @@ def _metadata(base_url: str, asset: str) -> dict[str, dict]:
     assert data["__typename"] == "Asset", data
     materializations = data["assetMaterializations"]
     assert len(materializations) == 1, f"{asset}: no materialization"
-    assert materializations[0]["partition"] == NIGHT
+    assert materializations[0]["partition"] == f"{NIGHT}|procedures"
     return {entry["label"]: entry for entry in materializations[0]["metadataEntries"]}
 
 

@@ -1,4 +1,7 @@
 -- The warehouse contract: stable table names, every row scoped by eval_run_id or a digest.
+-- eval_runs is a view (sql/views.sql): the run record (eval_run_records, written by one module,
+-- lib/runs/registry.py) with its baseline (run_baselines, baseline_decisions), so a re-run of a
+-- run can never clobber the fact that it is a baseline.
 CREATE TABLE IF NOT EXISTS corpus_snapshots (
     corpus_digest VARCHAR PRIMARY KEY,
     snapshot_id VARCHAR NOT NULL,
@@ -62,9 +65,11 @@ CREATE TABLE IF NOT EXISTS golden_drift (
     drifted BOOLEAN NOT NULL,
     drift_reason VARCHAR
 );
-CREATE TABLE IF NOT EXISTS eval_runs (
+CREATE TABLE IF NOT EXISTS eval_run_records (
     eval_run_id VARCHAR PRIMARY KEY,
-    partition_date VARCHAR,
+    suite VARCHAR NOT NULL,
+    partition_date VARCHAR NOT NULL,
+    variant VARCHAR NOT NULL,
     dagster_run_id VARCHAR,
     snapshot_id VARCHAR NOT NULL,
     corpus_digest VARCHAR NOT NULL,
@@ -75,15 +80,26 @@ CREATE TABLE IF NOT EXISTS eval_runs (
     system_config VARCHAR NOT NULL,
     judge_id VARCHAR NOT NULL,
     judge_config_digest VARCHAR NOT NULL,
-    baseline_run_id VARCHAR,
-    is_baseline BOOLEAN NOT NULL DEFAULT FALSE,
-    rebaseline BOOLEAN NOT NULL DEFAULT FALSE,
+    judge_config VARCHAR NOT NULL,
+    settings_digest VARCHAR NOT NULL,
+    settings VARCHAR NOT NULL,
+    rebaseline BOOLEAN NOT NULL,
     rebaseline_reason VARCHAR,
     rebaseline_requested_by VARCHAR,
     rebaseline_for VARCHAR,
+    status VARCHAR NOT NULL,
+    status_reason VARCHAR,
     started_at TIMESTAMP NOT NULL,
     completed_at TIMESTAMP,
-    headline VARCHAR
+    headline VARCHAR,
+    report_path VARCHAR
+);
+CREATE TABLE IF NOT EXISTS run_baselines (
+    eval_run_id VARCHAR PRIMARY KEY,
+    baseline_run_id VARCHAR,
+    comparable BOOLEAN,
+    reason VARCHAR NOT NULL,
+    decided_at TIMESTAMP NOT NULL
 );
 CREATE TABLE IF NOT EXISTS retrieval_results (
     eval_run_id VARCHAR NOT NULL,
@@ -215,6 +231,7 @@ CREATE TABLE IF NOT EXISTS rebaseline_offsets (
     reason VARCHAR NOT NULL
 );
 CREATE TABLE IF NOT EXISTS baseline_decisions (
+    suite VARCHAR NOT NULL,
     golden_set VARCHAR NOT NULL,
     eval_run_id VARCHAR NOT NULL,
     decided_at TIMESTAMP NOT NULL,

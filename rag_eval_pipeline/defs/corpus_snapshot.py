@@ -3,114 +3,80 @@
 import datetime as dt
 
 import dagster as dg
-import polars as pl
 
-from rag_eval_pipeline.defs.metadata import TEAM, table_metadata
-from rag_eval_pipeline.defs.partitions import nightly_partitions
-from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource, project_path
-from rag_eval_pipeline.lib import warehouse
-from rag_eval_pipeline.lib.corpus import choose_snapshot, load_snapshot
-
-
-def snapshot_tables(snapshot) -> dict[str, pl.DataFrame]:
-    """The rows the warehouse keeps for one snapshot, keyed by table."""
-    digest = snapshot.corpus_digest
-    passages = snapshot.passages.with_columns(pl.lit(digest).alias("corpus_digest"))
-    documents = pl.DataFrame(
-        [
-            {
-                "corpus_digest": digest,
-                "doc_version_id": d.version_id,
-                "doc_id": d.doc_id,
-                "version": d.version,
-                "title": d.title,
-                "status": d.status,
-                "superseded_by": d.superseded_by,
-                "effective_date": d.effective_date,
-                "language": d.language,
-                "owner": d.owner,
-                "document_digest": snapshot.document_digests[d.version_id],
-            }
-            for d in snapshot.documents
-        ]
-    )
-    summary = pl.DataFrame(
-        [
-            {
-                "corpus_digest": digest,
-                "snapshot_id": snapshot.snapshot_id,
-                "document_count": snapshot.document_count,
-                "passage_count": passages.height,
-                "current_passage_count": passages.filter(pl.col("status") == "current").height,
-                "frozen_at": snapshot.frozen_at,
-                "loaded_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
-            }
-        ]
-    )
-    return {"corpus_snapshots": summary, "corpus_documents": documents, "corpus_passages": passages}
+from rag_eval_pipeline.defs.metadata import counts, evaluation_asset, table_metadata
+from rag_eval_pipeline.defs.partitions import night_and_suite
+from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
+from rag_eval_pipeline.lib.inputs.corpus import choose_snapshot, load_snapshot, snapshot_tables
+from rag_eval_pipeline.lib.runs.registry import utc_now
+from rag_eval_pipeline.lib.store.staging import stage_tables
 
 
-@dg.asset(
-    partitions_def=nightly_partitions,
-    group_name="inputs",
-    owners=[TEAM],
-    kinds={"duckdb", "polars"},
-    code_version="corpus-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "has_current_passages",
-            asset="corpus_snapshot",
-            blocking=True,
-            description="At least one passage of a current document can be retrieved.",
-        )
-    ],
-)
-def corpus_snapshot(
-    context: dg.AssetExecutionContext, settings: EvalSettings, warehouse_db: WarehouseResource
-):
-    """The procedure library snapshot in force on the partition's night.
-
-    Loads the newest snapshot folder dated on or before the partition (or the configured one),
-    verifies it against its manifest digest (a mismatch fails before anything is written),
-    splits documents into passages with stable versioned ids, and stores them in
-    ``corpus_snapshots``, ``corpus_documents`` and ``corpus_passages``. The content digest is
-    the asset's data version, so downstream assets go stale when the corpus changes.
-    """
-    night = dt.date.fromisoformat(context.partition_key) if context.has_partition_key else None
-    folder = choose_snapshot(project_path(settings.corpus_root), night, settings.snapshot)
-    snapshot = load_snapshot(folder)
-    tables = snapshot_tables(snapshot)
-    with warehouse_db.connect() as connection:
-        for table, frame in tables.items():
-            warehouse.replace_rows(
-                connection, table, frame, {"corpus_digest": snapshot.corpus_digest}
+def build_corpus_snapshot(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @evaluation_asset(
+        "corpus_snapshot",
+        partitions=partitions,
+        group="inputs",
+        kinds={"parquet", "polars"},
+        code_version="corpus-v2",
+        check_specs=[
+            dg.AssetCheckSpec(
+                "has_current_passages",
+                asset="corpus_snapshot",
+                blocking=True,
+                description="At least one passage of a current document can be retrieved.",
             )
-    passages = tables["corpus_passages"]
-    current = tables["corpus_snapshots"]["current_passage_count"][0]
-    status_counts = {
-        row["status"]: row["len"]
-        for row in tables["corpus_documents"].group_by("status").len().iter_rows(named=True)
-    }
-    yield dg.Output(
-        {
-            "snapshot_id": snapshot.snapshot_id,
-            "corpus_digest": snapshot.corpus_digest,
-            "snapshot_dir": str(folder),
-        },
-        data_version=dg.DataVersion(snapshot.corpus_digest),
-        metadata={
-            **table_metadata(passages, "corpus_passages"),
-            "corpus_digest": snapshot.corpus_digest,
-            "snapshot_id": snapshot.snapshot_id,
-            "frozen_at": snapshot.frozen_at or "",
-            "documents": snapshot.document_count,
-            "documents_by_status": dg.MetadataValue.json(status_counts),
-            "current_passages": int(current),
-        },
+        ],
     )
-    yield dg.AssetCheckResult(
-        check_name="has_current_passages",
-        passed=bool(current > 0),
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"current_passages": int(current)},
-    )
+    def corpus_snapshot(
+        context: dg.AssetExecutionContext,
+        suites: SuiteRegistryResource,
+        warehouse_db: WarehouseResource,
+    ):
+        """The suite's library snapshot in force on the partition's night.
+
+        Loads the newest snapshot folder of the suite dated on or before the night (or the one the
+        suite names), verifies it against its manifest digest (a mismatch fails before anything is
+        written), splits documents into passages with stable versioned ids, and stages them in the
+        run store once per digest (``corpus_snapshots``, ``corpus_documents``,
+        ``corpus_passages``). The content digest is the asset's data version, so downstream assets
+        go stale when the corpus changes.
+        """
+        night, suite_name = night_and_suite(context)
+        suite = suites.suite(suite_name)
+        folder = choose_snapshot(suite.corpus_root, dt.date.fromisoformat(night), suite.snapshot)
+        snapshot = load_snapshot(folder)
+        tables = snapshot_tables(snapshot, loaded_at=utc_now())
+        store = warehouse_db.run_store()
+        stage_tables(store, store.corpus_dir(snapshot.corpus_digest), tables)
+        summary = tables["corpus_snapshots"].row(0, named=True)
+        yield dg.Output(
+            {
+                "suite": suite_name,
+                "snapshot_id": snapshot.snapshot_id,
+                "corpus_digest": snapshot.corpus_digest,
+                "snapshot_dir": str(folder),
+            },
+            data_version=dg.DataVersion(snapshot.corpus_digest),
+            metadata={
+                **table_metadata(tables["corpus_passages"], "corpus_passages"),
+                "suite": suite_name,
+                "corpus_digest": snapshot.corpus_digest,
+                "snapshot_id": snapshot.snapshot_id,
+                "snapshot_dir": str(folder),
+                "frozen_at": snapshot.frozen_at or "",
+                "documents": snapshot.document_count,
+                "documents_by_status": dg.MetadataValue.json(
+                    counts(tables["corpus_documents"], "status")
+                ),
+                "current_passages": summary["current_passage_count"],
+            },
+        )
+        yield dg.AssetCheckResult(
+            check_name="has_current_passages",
+            passed=summary["current_passage_count"] > 0,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"current_passages": summary["current_passage_count"]},
+        )
+
+    return corpus_snapshot

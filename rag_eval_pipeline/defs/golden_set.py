@@ -1,130 +1,111 @@
-"""The golden set asset: labelled questions validated against tonight's snapshot."""
+"""The golden set asset: the suite's labelled questions, validated against tonight's snapshot."""
 
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import TEAM, table_metadata
-from rag_eval_pipeline.defs.partitions import nightly_partitions
-from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource, project_path
-from rag_eval_pipeline.lib import warehouse
-from rag_eval_pipeline.lib.golden import (
+from rag_eval_pipeline.defs.metadata import evaluation_asset, table_metadata
+from rag_eval_pipeline.defs.partitions import night_and_suite
+from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
+from rag_eval_pipeline.lib.inputs.golden import (
     NO_ANSWER_STRATA,
+    golden_tables,
     load_golden_set,
+    strata_counts,
     validate_against_snapshot,
 )
+from rag_eval_pipeline.lib.store.staging import stage_drift, stage_tables
 
 
-@dg.asset(
-    partitions_def=nightly_partitions,
-    group_name="inputs",
-    owners=[TEAM],
-    kinds={"duckdb", "polars"},
-    code_version="golden-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "no_drifted_items",
-            asset="golden_set",
-            description="No item's answering passage was superseded or withdrawn since labelling.",
-        ),
-        dg.AssetCheckSpec(
-            "no_answer_share",
-            asset="golden_set",
-            description="At least a quarter of the items are no-answer items.",
-        ),
-    ],
-)
-def golden_set(
-    context: dg.AssetExecutionContext,
-    corpus_snapshot: dict,
-    settings: EvalSettings,
-    warehouse_db: WarehouseResource,
-):
-    """Golden items and graded gold passages, checked against the snapshot.
+def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @evaluation_asset(
+        "golden_set",
+        partitions=partitions,
+        group="inputs",
+        kinds={"parquet", "polars"},
+        code_version="golden-v2",
+        check_specs=[
+            dg.AssetCheckSpec(
+                "no_drifted_items",
+                asset="golden_set",
+                description="No item's answering passage was superseded or withdrawn since labelling.",
+            ),
+            dg.AssetCheckSpec(
+                "no_answer_share",
+                asset="golden_set",
+                description="At least a quarter of the items are no-answer items.",
+            ),
+        ],
+    )
+    def golden_set(
+        context: dg.AssetExecutionContext,
+        corpus_snapshot: dict,
+        suites: SuiteRegistryResource,
+        warehouse_db: WarehouseResource,
+    ):
+        """Golden items and graded gold passages of the suite, checked against the snapshot.
 
-    Every gold id must exist in the snapshot the set was labelled against (an unknown id fails
-    naming the line, before anything is written). Items whose answering passage is no longer
-    current are kept and flagged in ``golden_drift`` for re-labelling.
-    """
-    path = project_path(settings.golden_set)
-    golden = load_golden_set(path)
-    with warehouse_db.connect() as connection:
-        passages = warehouse.read_frame(
-            connection,
-            "SELECT passage_id, status FROM corpus_passages WHERE corpus_digest = $digest",
-            {"digest": corpus_snapshot["corpus_digest"]},
-        )
+        Every gold id must exist in the snapshot the set was labelled against (an unknown id fails
+        naming the line, before anything is written). Items whose answering passage is no longer
+        current are kept and flagged in ``golden_drift`` for re-labelling.
+        """
+        _, suite_name = night_and_suite(context)
+        path = suites.suite(suite_name).golden_set
+        golden = load_golden_set(path)
+        store = warehouse_db.run_store()
+        digest = corpus_snapshot["corpus_digest"]
+        passages = store.read_table(store.corpus_dir(digest), "corpus_passages")
         drift = validate_against_snapshot(
             golden,
             passages,
             snapshot_id=corpus_snapshot["snapshot_id"],
-            corpus_digest=corpus_snapshot["corpus_digest"],
+            corpus_digest=digest,
             source=str(path),
         )
-        scope = {"golden_digest": golden.golden_digest}
-        items = golden.items.with_columns(
-            pl.lit(golden.golden_digest).alias("golden_digest"),
-            pl.lit(golden.name).alias("golden_set"),
-        )
-        warehouse.replace_rows(connection, "golden_items", items, scope)
-        warehouse.replace_rows(
-            connection,
-            "golden_gold",
-            golden.gold.with_columns(pl.lit(golden.golden_digest).alias("golden_digest")),
-            scope,
-        )
-        warehouse.replace_rows(
-            connection,
-            "golden_drift",
-            drift.with_columns(
-                pl.lit(golden.golden_digest).alias("golden_digest"),
-                pl.lit(corpus_snapshot["corpus_digest"]).alias("corpus_digest"),
-            ),
+        tables = golden_tables(golden)
+        stage_tables(store, store.golden_dir(golden.golden_digest), tables)
+        stage_drift(store, golden.golden_digest, digest, drift)
+        drifted = drift.filter(pl.col("drifted"))
+        strata = strata_counts(golden.items)
+        no_answer = sum(strata.get(s, 0) for s in NO_ANSWER_STRATA)
+        labelled = ", ".join(sorted(set(golden.items["labelled_against"])))
+        yield dg.Output(
             {
+                "golden_set": golden.name,
                 "golden_digest": golden.golden_digest,
-                "corpus_digest": corpus_snapshot["corpus_digest"],
+                "corpus_digest": digest,
+            },
+            data_version=dg.DataVersion(golden.golden_digest),
+            metadata={
+                **table_metadata(tables["golden_items"], "golden_items"),
+                "suite": suite_name,
+                "golden_set_file": str(path),
+                "golden_digest": golden.golden_digest,
+                "corpus_digest": digest,
+                "items_by_stratum": dg.MetadataValue.json(strata),
+                "drifted_items": drifted.height,
             },
         )
-    drifted = drift.filter(pl.col("drifted"))
-    strata = {
-        row["stratum"]: row["len"]
-        for row in golden.items.group_by("stratum").len().iter_rows(named=True)
-    }
-    no_answer = sum(strata.get(s, 0) for s in NO_ANSWER_STRATA)
-    yield dg.Output(
-        {
-            "golden_set": golden.name,
-            "golden_digest": golden.golden_digest,
-            "corpus_digest": corpus_snapshot["corpus_digest"],
-        },
-        data_version=dg.DataVersion(golden.golden_digest),
-        metadata={
-            **table_metadata(items, "golden_items"),
-            "golden_digest": golden.golden_digest,
-            "corpus_digest": corpus_snapshot["corpus_digest"],
-            "items_by_stratum": dg.MetadataValue.json(strata),
-            "drifted_items": drifted.height,
-        },
-    )
-    yield dg.AssetCheckResult(
-        check_name="no_drifted_items",
-        passed=drifted.height == 0,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=(
-            f"{drifted.height} item(s) labelled against {', '.join(sorted(set(golden.items['labelled_against'])))} "
-            f"have an answering passage that is no longer current in {corpus_snapshot['snapshot_id']}: "
-            "re-label them"
-            if drifted.height
-            else "no drifted items"
-        ),
-        metadata={
-            "drifted_items": drifted.height,
-            "examples": dg.MetadataValue.json(drifted.head(10).to_dicts()),
-        },
-    )
-    yield dg.AssetCheckResult(
-        check_name="no_answer_share",
-        passed=no_answer * 4 >= golden.items.height,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=f"{no_answer} of {golden.items.height} items are no-answer items (want at least a quarter)",
-        metadata={"no_answer_items": no_answer, "items": golden.items.height},
-    )
+        yield dg.AssetCheckResult(
+            check_name="no_drifted_items",
+            passed=drifted.height == 0,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=(
+                f"{drifted.height} item(s) labelled against {labelled} have an answering passage "
+                f"that is no longer current in {corpus_snapshot['snapshot_id']}: re-label them"
+                if drifted.height
+                else "no drifted items"
+            ),
+            metadata={
+                "drifted_items": drifted.height,
+                "examples": dg.MetadataValue.json(drifted.head(10).to_dicts()),
+            },
+        )
+        yield dg.AssetCheckResult(
+            check_name="no_answer_share",
+            passed=no_answer * 4 >= golden.items.height,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"{no_answer} of {golden.items.height} items are no-answer items (want at least a quarter)",
+            metadata={"no_answer_items": no_answer, "items": golden.items.height},
+        )
+
+    return golden_set

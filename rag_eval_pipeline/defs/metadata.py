@@ -1,9 +1,30 @@
-"""Metadata every table-writing asset attaches: row count, column schema, scope and lineage."""
+"""What every evaluation asset shares: its decorator arguments, table metadata, run links."""
 
 import dagster as dg
 import polars as pl
 
 TEAM = "team:evaluation"
+
+
+def evaluation_asset(
+    name: str,
+    *,
+    partitions: dg.PartitionsDefinition,
+    group: str,
+    kinds: set[str],
+    code_version: str,
+    **extra,
+):
+    """``@dg.asset`` for one evaluation asset: partitioned by night and suite, owned by the team."""
+    return dg.asset(
+        name=name,
+        partitions_def=partitions,
+        group_name=group,
+        owners=[TEAM],
+        kinds=kinds,
+        code_version=code_version,
+        **extra,
+    )
 
 
 def table_metadata(frame: pl.DataFrame, table: str) -> dict:
@@ -31,3 +52,10 @@ def markdown_table(frame: pl.DataFrame) -> str:
         "| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
         for row in frame.iter_rows()
     )
+
+
+def counts(frame: pl.DataFrame, column: str) -> dict[str, int]:
+    """Rows per value of ``column``, for a JSON metadata entry."""
+    return {
+        str(value): length for value, length in frame.group_by(column).len().sort(column).rows()
+    }

@@ -1,16 +1,43 @@
-"""The nightly partitioning: one partition a day, in the time zone the platform team runs in.
+"""The nightly partitions: one partition per night and suite.
 
-The time zone comes from ``RAG_EVAL_TIMEZONE`` (default UTC); it fixes both the partition
-boundaries and the wall-clock time of the 02:00 schedule.
+A partition key is a night (a date in the platform team's time zone) and a suite; two suites
+evaluated on one night never share a materialization, and the asset pages show each suite's
+nights apart. Suites are dynamic partitions: a new suite file becomes a partition when it is first
+run (``rag-eval nightly --suite``) or scheduled, without reloading the code location.
 """
-
-import os
 
 import dagster as dg
 
-TIMEZONE = os.environ.get("RAG_EVAL_TIMEZONE", "UTC")
+NIGHT = "night"
+SUITE = "suite"
 FIRST_NIGHT = "2026-10-01"
 
-nightly_partitions = dg.DailyPartitionsDefinition(
-    start_date=FIRST_NIGHT, timezone=TIMEZONE, end_offset=1
-)
+suite_partitions = dg.DynamicPartitionsDefinition(name=SUITE)
+
+
+def nightly_partitions(timezone: str) -> dg.MultiPartitionsDefinition:
+    """Night (daily, named by the date the run happens on, ``end_offset=1``) x suite."""
+    return dg.MultiPartitionsDefinition(
+        {
+            NIGHT: dg.DailyPartitionsDefinition(
+                start_date=FIRST_NIGHT, timezone=timezone, end_offset=1
+            ),
+            SUITE: suite_partitions,
+        }
+    )
+
+
+def partition_key(night: str, suite: str) -> str:
+    """The partition key string of a night and a suite (``2026-10-15|procedures``)."""
+    return str(dg.MultiPartitionKey({NIGHT: night, SUITE: suite}))
+
+
+def night_and_suite(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> tuple[str, str]:
+    """The night and the suite of the partition being materialized."""
+    key = context.partition_key
+    dimensions = (
+        key.keys_by_dimension
+        if isinstance(key, dg.MultiPartitionKey)
+        else dict(zip((NIGHT, SUITE), key.split("|"), strict=True))
+    )
+    return dimensions[NIGHT], dimensions[SUITE]

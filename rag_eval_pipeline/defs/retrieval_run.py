@@ -1,156 +1,98 @@
-"""The retrieval run asset: the system under test retrieves for every golden question."""
-
-import datetime as dt
-import json
+"""The retrieval run asset: the run's record is written, then the system retrieves for every item."""
 
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import TEAM, run_link, table_metadata
-from rag_eval_pipeline.defs.partitions import nightly_partitions
+from rag_eval_pipeline.defs.metadata import evaluation_asset, run_link, table_metadata
+from rag_eval_pipeline.defs.partitions import night_and_suite
 from rag_eval_pipeline.defs.resources import (
-    DeterministicJudgeResource,
     EvalSettings,
-    ReferenceSystemResource,
+    JudgeResource,
+    SuiteRegistryResource,
+    SystemResource,
     WarehouseResource,
 )
-from rag_eval_pipeline.lib import warehouse
-from rag_eval_pipeline.lib.run_identity import (
-    REBASELINE_FOR_TAG,
-    REBASELINE_REASON_TAG,
-    REBASELINE_TAG,
-    REQUESTED_BY_TAG,
-    eval_run_id,
-)
-from rag_eval_pipeline.lib.system import config_digest
-
-RESULT_SCHEMA = {
-    "item_id": pl.String,
-    "rank": pl.Int32,
-    "passage_id": pl.String,
-    "score": pl.Float64,
-}
+from rag_eval_pipeline.lib.runs.lifecycle import begin_run
+from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, EvalRunRecord, RunRequest
+from rag_eval_pipeline.lib.systems.run import retrieval_results
 
 
-def load_passages(connection, corpus_digest: str) -> pl.DataFrame:
-    return warehouse.read_frame(
-        connection,
-        "SELECT * FROM corpus_passages WHERE corpus_digest = $digest ORDER BY passage_id",
-        {"digest": corpus_digest},
-    )
-
-
-def load_items(connection, golden_digest: str) -> pl.DataFrame:
-    return warehouse.read_frame(
-        connection,
-        "SELECT * FROM golden_items WHERE golden_digest = $digest ORDER BY line",
-        {"digest": golden_digest},
-    )
-
-
-def retrieve_all(system, questions: list[str], k: int) -> list:
-    """Batch retrieval where the system offers it, one question at a time otherwise."""
-    if hasattr(system, "retrieve_many"):
-        return system.retrieve_many(questions, k)
-    return [system.retrieve(question, k) for question in questions]
-
-
-@dg.asset(
-    partitions_def=nightly_partitions,
-    group_name="system_runs",
-    owners=[TEAM],
-    kinds={"duckdb", "bm25"},
-    code_version="retrieval-v1",
-)
-def retrieval_run(
-    context: dg.AssetExecutionContext,
-    corpus_snapshot: dict,
-    golden_set: dict,
-    settings: EvalSettings,
-    system: ReferenceSystemResource,
-    judge: DeterministicJudgeResource,
-    warehouse_db: WarehouseResource,
-):
-    """Top-k passages for every golden question from the system under test.
-
-    Starts the evaluation run: its id is derived from the night, the corpus and golden-set
-    digests and the system and judge configuration digests, recorded in ``eval_runs`` with the
-    Dagster run id. Results go to ``retrieval_results`` with each passage's version status.
-    """
-    system_config = system.config()
-    judge_config = judge.config()
-    partition = context.partition_key if context.has_partition_key else "adhoc"
-    tags = context.run.tags
-    rebaseline_for = tags.get(REBASELINE_FOR_TAG)
-    run_id = eval_run_id(
-        partition,
-        corpus_snapshot["corpus_digest"],
-        golden_set["golden_digest"],
-        config_digest(system_config),
-        config_digest(judge_config),
-        variant=f"rebaseline-for:{rebaseline_for}" if rebaseline_for else "",
-    )
-    with warehouse_db.connect() as connection:
-        passages = load_passages(connection, corpus_snapshot["corpus_digest"])
-        items = load_items(connection, golden_set["golden_digest"])
-        sut = system.build(passages)
-        hits = retrieve_all(sut, items["question"].to_list(), settings.retrieval_depth)
-        results = pl.DataFrame(
-            [
-                {"item_id": item_id, "rank": h.rank, "passage_id": h.passage_id, "score": h.score}
-                for item_id, item_hits in zip(items["item_id"], hits, strict=True)
-                for h in item_hits
-            ],
-            schema=RESULT_SCHEMA,
-        ).join(passages.select("passage_id", "status"), on="passage_id", how="left")
-        results = results.with_columns(pl.lit(run_id).alias("eval_run_id"))
-        identity = pl.DataFrame(
-            [
-                {
-                    "eval_run_id": run_id,
-                    "partition_date": partition,
-                    "dagster_run_id": context.run_id,
-                    "snapshot_id": corpus_snapshot["snapshot_id"],
-                    "corpus_digest": corpus_snapshot["corpus_digest"],
-                    "golden_set": golden_set["golden_set"],
-                    "golden_digest": golden_set["golden_digest"],
-                    "system_id": system_config["system_id"],
-                    "system_config_digest": config_digest(system_config),
-                    "system_config": json.dumps(system_config, sort_keys=True),
-                    "judge_id": judge_config["judge_id"],
-                    "judge_config_digest": config_digest(judge_config),
-                    "rebaseline": tags.get(REBASELINE_TAG) == "true",
-                    "rebaseline_reason": tags.get(REBASELINE_REASON_TAG),
-                    "rebaseline_requested_by": tags.get(REQUESTED_BY_TAG),
-                    "rebaseline_for": rebaseline_for,
-                    "started_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
-                }
-            ]
-        )
-        warehouse.replace_rows(connection, "eval_runs", identity, {"eval_run_id": run_id})
-        warehouse.replace_rows(connection, "retrieval_results", results, {"eval_run_id": run_id})
-    handle = {
-        "eval_run_id": run_id,
-        "partition": partition,
-        "dagster_run_id": context.run_id,
-        "corpus_digest": corpus_snapshot["corpus_digest"],
-        "golden_digest": golden_set["golden_digest"],
-        "system_config": system_config,
-        "judge_config": judge_config,
-        "rebaseline_for": rebaseline_for,
+def run_handle(record: EvalRunRecord, dagster_run_id: str) -> dict:
+    """What the run's assets hand each other: the record (the data is in the run store)."""
+    return {
+        "eval_run_id": record.eval_run_id,
+        "record": record.as_json(),
+        "dagster_run_id": dagster_run_id,
     }
-    empty = sum(1 for item_hits in hits if not item_hits)
-    return dg.Output(
-        handle,
-        metadata={
-            **table_metadata(results, "retrieval_results"),
-            "eval_run_id": run_id,
-            "dagster_run": run_link(context.run_id),
-            "corpus_digest": corpus_snapshot["corpus_digest"],
-            "golden_digest": golden_set["golden_digest"],
-            "system_id": system_config["system_id"],
-            "system_config": dg.MetadataValue.json(system_config),
-            "system_config_digest": config_digest(system_config),
-            "items_without_results": empty,
-        },
+
+
+def record_of(handle: dict) -> EvalRunRecord:
+    return EvalRunRecord.from_json(handle["record"])
+
+
+def build_retrieval_run(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @evaluation_asset(
+        "retrieval_run",
+        partitions=partitions,
+        group="system_runs",
+        kinds={"parquet", "bm25"},
+        code_version="retrieval-v2",
     )
+    def retrieval_run(
+        context: dg.AssetExecutionContext,
+        corpus_snapshot: dict,
+        golden_set: dict,
+        settings: EvalSettings,
+        suites: SuiteRegistryResource,
+        system: SystemResource,
+        judge: JudgeResource,
+        warehouse_db: WarehouseResource,
+    ):
+        """Top-k passages for every golden question from the system under test.
+
+        Starts the evaluation run: its record (suite, night, both digests, system and judge
+        configurations, every run setting that can change a figure; ``lib.runs.record``) gives the
+        ``eval_run_id`` and is written to the warehouse with status ``started`` before the system
+        is asked anything. Results go to ``retrieval_results`` with each passage's version status.
+        """
+        night, suite_name = night_and_suite(context)
+        record = EvalRunRecord(
+            suite=suite_name,
+            night=night,
+            snapshot_id=corpus_snapshot["snapshot_id"],
+            corpus_digest=corpus_snapshot["corpus_digest"],
+            golden_set=golden_set["golden_set"],
+            golden_digest=golden_set["golden_digest"],
+            system_config=system.config(),
+            judge_config=judge.config(),
+            settings=settings.run_settings(suites.suite(suite_name)),
+            request=RunRequest.from_tags(context.run.tags),
+        )
+        context.instance.add_run_tags(context.run_id, {EVAL_RUN_TAG: record.eval_run_id})
+        store = warehouse_db.run_store()
+        begin_run(warehouse_db.warehouse(), store, record, context.run_id)
+        passages = store.read_table(store.corpus_dir(record.corpus_digest), "corpus_passages")
+        items = store.read_table(store.golden_dir(record.golden_digest), "golden_items")
+        results = retrieval_results(
+            system.build(passages), items.sort("line"), passages, record.settings.retrieval_depth
+        ).with_columns(eval_run_id=pl.lit(record.eval_run_id))
+        store.write_table(store.run_dir(record.eval_run_id), "retrieval_results", results)
+        return dg.Output(
+            run_handle(record, context.run_id),
+            metadata={
+                **table_metadata(results, "retrieval_results"),
+                "eval_run_id": record.eval_run_id,
+                "dagster_run": run_link(context.run_id),
+                "suite": suite_name,
+                "corpus_digest": record.corpus_digest,
+                "golden_digest": record.golden_digest,
+                "system_id": record.system_id,
+                "system_config": dg.MetadataValue.json(dict(record.system_config)),
+                "system_config_digest": record.system_config_digest,
+                "settings": dg.MetadataValue.json(record.settings.as_dict()),
+                "settings_digest": record.settings.digest,
+                "items_without_results": items.height - results["item_id"].n_unique(),
+            },
+        )
+
+    return retrieval_run

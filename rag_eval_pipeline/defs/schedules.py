@@ -1,38 +1,49 @@
-"""Jobs and the nightly schedule.
+"""The nightly schedule: at 02:00 in the platform team's time zone, every nightly suite.
 
-``nightly_eval`` materializes the whole evaluation graph for one night. It runs in-process by
-default: on a two-core machine the multiprocess executor costs 1.5-2 s of process start-up per
-step, more than most steps take. ``RAG_EVAL_EXECUTOR=multiprocess`` switches it for bigger
-machines (shards then run in parallel).
+A suite is evaluated by the schedule when its suite file says ``nightly: true``. The schedule is
+created stopped, as Dagster schedules are by default: turn it on in the UI (Automation) or with
+``dagster schedule start nightly_eval_schedule``; ``make daemon`` runs the daemon that ticks it.
 """
 
-import os
+import datetime as dt
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from rag_eval_pipeline.defs.partitions import nightly_partitions
-
-EVALUATION_ASSETS = dg.AssetSelection.groups("inputs", "system_runs", "judging", "metrics")
-
-
-def chosen_executor() -> dg.ExecutorDefinition:
-    """The executor named by ``RAG_EVAL_EXECUTOR`` (``in_process``, the default, or
-    ``multiprocess``)."""
-    name = os.environ.get("RAG_EVAL_EXECUTOR", "in_process")
-    executors = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
-    if name not in executors:
-        raise ValueError(f"RAG_EVAL_EXECUTOR={name!r}; expected one of {', '.join(executors)}")
-    return executors[name]
+from rag_eval_pipeline.defs.partitions import SUITE, partition_key
+from rag_eval_pipeline.lib.inputs.suites import list_suites
 
 
-nightly_eval = dg.define_asset_job(
-    "nightly_eval",
-    selection=EVALUATION_ASSETS,
-    partitions_def=nightly_partitions,
-    executor_def=chosen_executor(),
-    description="The whole evaluation for one night: snapshot, golden set, runs, judge, metrics.",
-)
+def nightly_suites(registry: str) -> list[str]:
+    return [suite.name for suite in list_suites(registry) if suite.nightly]
 
-nightly_eval_schedule = dg.build_schedule_from_partitioned_job(
-    nightly_eval, hour_of_day=2, minute_of_hour=0, name="nightly_eval_schedule"
-)
+
+def build_nightly_schedule(job, timezone: str, registry: str) -> dg.ScheduleDefinition:
+    @dg.schedule(
+        name="nightly_eval_schedule",
+        job=job,
+        cron_schedule="0 2 * * *",
+        execution_timezone=timezone,
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        description="Every nightly suite at 02:00; the partition is the night the run happens on.",
+    )
+    def nightly_eval_schedule(context: dg.ScheduleEvaluationContext):
+        """One run per nightly suite for the night of the tick (a new suite is added as a
+        partition first)."""
+        moment = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
+        night = moment.astimezone(ZoneInfo(timezone)).date().isoformat()
+        suites = nightly_suites(registry)
+        if not suites:
+            return dg.SkipReason(f"no suite in {registry} says nightly: true")
+        known = set(context.instance.get_dynamic_partitions(SUITE))
+        missing = [suite for suite in suites if suite not in known]
+        if missing:
+            context.instance.add_dynamic_partitions(SUITE, missing)
+        return [
+            dg.RunRequest(
+                run_key=f"nightly:{night}:{suite}", partition_key=partition_key(night, suite)
+            )
+            for suite in suites
+        ]
+
+    return nightly_eval_schedule

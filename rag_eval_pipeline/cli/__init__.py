@@ -1,0 +1,54 @@
+"""The ``rag-eval`` command line: what is not an asset materialization in the UI.
+
+- ``rag-eval nightly [--suite S] [--partition DATE] [--config RUN.yaml]``: run ``nightly_eval`` in
+  the project's Dagster instance (the one ``make ui`` shows), a line per finished step, then the
+  summary and the comparison guard;
+- ``rag-eval rebaseline --partition DATE --reason WHY``: a night tagged for re-baselining;
+- ``rag-eval accept-baseline EVAL_RUN_ID --reason WHY``: a recorded baseline decision;
+- ``rag-eval history [--suite S] [--metric M]``, ``rag-eval compare RUN_A RUN_B``,
+  ``rag-eval summary [EVAL_RUN_ID]``, ``rag-eval suites``;
+- ``rag-eval freeze SNAPSHOT_DIR``: write a snapshot's manifest digest;
+- ``rag-eval import trec|beir|squad ... --suite NAME``: a public collection as a suite of its own;
+- ``rag-eval export-run EVAL_RUN_ID FILE`` and ``rag-eval evaluate-run QRELS RUN``: TREC files.
+
+Every bad argument or input is one ``error:`` line on stderr and exit status 2; a run that fails
+or a release gate that fails exits 1.
+"""
+
+import argparse
+import sys
+
+from rag_eval_pipeline.cli import data, nightly, runs
+from rag_eval_pipeline.lib.errors import RagEvalError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="rag-eval", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    nightly.add_commands(commands)
+    runs.add_commands(commands)
+    data.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except RagEvalError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""``rag-eval nightly`` and ``rag-eval rebaseline``: a night of one suite, in the project's instance.
+
+The job runs in-process against the persistent Dagster instance (``DAGSTER_HOME``, else the
+project's ``.dagster_home``), so the run is in the UI under the ``dagster_run_id`` its
+``eval_runs`` row names. A line per finished step goes to stderr; the summary, where the
+warehouse and report are, and the comparison guard's decision go to stdout. A run that fails
+is marked failed in the warehouse; a failing release gate fails the Dagster run and exits 1
+after every table and the comparison are written.
+"""
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import yaml
+
+from rag_eval_pipeline.cli import project
+from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_name
+from rag_eval_pipeline.lib.runs.record import (
+    EVAL_RUN_TAG,
+    REBASELINE_REASON_TAG,
+    REBASELINE_TAG,
+    REQUESTED_BY_TAG,
+)
+
+CHECK_FAILURE = "DagsterAssetCheckFailedError"
+
+
+def read_run_config(path: str | None) -> dict:
+    """A run configuration YAML file as a mapping; every problem names the file."""
+    if not path:
+        return {}
+    source = Path(path)
+    if not source.is_file():
+        raise ConfigError(f"{source}: run configuration file does not exist")
+    try:
+        document = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise ConfigError(
+            f"{source}: a run configuration is a mapping (resources: ..., ops: ...), "
+            f"got a {type(document).__name__}"
+        )
+    return document
+
+
+def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
+    """Refuse settings that would silently change figures, before anything runs."""
+    from rag_eval_pipeline.defs.resources import EvalSettings, SuiteRegistryResource
+
+    suite = SuiteRegistryResource(path=project.deployment().suites).suite(suite_name)
+    resources = run_config.get("resources") or {}
+    settings = ((resources.get("settings") or {}).get("config")) or {}
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{source}: resources.settings.config must be a mapping")
+    moved = sorted(
+        set(settings) & {"corpus_root", "golden_set", "snapshot", "human_labels", "trace_store"}
+    )
+    if moved:
+        raise ConfigError(
+            f"{source}: resources.settings.config: {', '.join(moved)} belong to a suite now: "
+            "write them in suites/<name>.yaml and run with --suite <name> (see README)"
+        )
+    try:
+        EvalSettings(**settings).run_settings(suite)
+    except ConfigError as error:
+        raise ConfigError(f"{source or 'run configuration'}: {error}") from None
+    except Exception as error:  # pydantic: a wrong type or an unknown field
+        message = " ".join(str(error).split())
+        raise ConfigError(
+            f"{source or 'run configuration'}: resources.settings.config: {message}"
+        ) from None
+
+
+def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=None, verbose=False):
+    """Execute one job in-process, a line per finished step on stderr."""
+    import dagster as dg
+
+    log_level = "DEBUG" if verbose else "WARNING"
+    config = {
+        **(run_config or {}),
+        "loggers": {"console": {"config": {"log_level": log_level}}, "step_progress": {}},
+    }
+    try:
+        return defs.resolve_job_def(job_name).execute_in_process(
+            run_config=config,
+            partition_key=key,
+            instance=instance,
+            raise_on_error=False,
+            tags=tags or {},
+        )
+    except dg.DagsterInvalidConfigError as error:
+        problems = "; ".join(e.message for e in error.errors) or str(error)
+        raise ConfigError(f"run configuration of {job_name}: {problems}") from None
+
+
+def failure_messages(result) -> list[str]:
+    """One line per failed step (a failed blocking gate is reported with the gates instead)."""
+    lines = []
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        error = event.event_specific_data.error
+        if error is not None and CHECK_FAILURE in (error.cls_name or ""):
+            continue
+        cause = error.cause if error is not None and error.cause is not None else error
+        text = (cause.message if cause is not None else "").strip()
+        head, _, rest = text.partition(": ")
+        if rest and head.endswith(("Error", "Exception")):
+            text = rest
+        lines.append(f"step {event.step_key} failed: {' '.join(text.split())}")
+    return lines
+
+
+def failed_checks(result) -> tuple[list[str], list[str]]:
+    """Messages of failed ERROR checks (gates that fail the night) and of WARN checks."""
+    errors, warned = [], []
+    for evaluation in result.get_asset_check_evaluations():
+        if evaluation.passed:
+            continue
+        entry = evaluation.metadata.get("message") or evaluation.metadata.get("reason")
+        text = entry.value if entry is not None else (evaluation.description or "")
+        line = f"{evaluation.asset_key.to_user_string()}/{evaluation.check_name}: {text}"
+        (errors if evaluation.severity.value == "ERROR" else warned).append(line)
+    return errors, warned
+
+
+def summary_facts(result) -> dict | None:
+    from rag_eval_pipeline.defs.sensors import metadata_values
+
+    materializations = result.asset_materializations_for_node("eval_summary")
+    return metadata_values(materializations[-1].metadata) if materializations else None
+
+
+def mark_failed(instance, result, reason: str) -> None:
+    """Mark the evaluation run of a failed Dagster run as failed in the warehouse."""
+    from rag_eval_pipeline.lib.runs.lifecycle import abandon_run
+
+    run = instance.get_run_by_id(result.run_id)
+    eval_run_id = run.tags.get(EVAL_RUN_TAG) if run is not None else None
+    if eval_run_id:
+        abandon_run(project.warehouse(), eval_run_id, reason)
+
+
+def command_nightly(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    import dagster as dg
+
+    from rag_eval_pipeline.defs import build_definitions
+    from rag_eval_pipeline.defs.partitions import SUITE, partition_key
+    from rag_eval_pipeline.defs.sensors import guard_requests
+    from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
+    from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
+
+    # The console shows warnings and errors; every event stays in the Dagster instance and UI.
+    warnings.filterwarnings("ignore", message=".*is currently in beta")
+    suite = check_suite_name(args.suite, "--suite")
+    deployment = project.deployment()
+    run_config = read_run_config(args.config)
+    preflight(run_config, suite, args.config)
+    night = args.partition or dt.datetime.now(ZoneInfo(deployment.timezone)).date().isoformat()
+    defs = build_definitions(deployment)
+    project.dagster_home()
+    instance = dg.DagsterInstance.get()
+    if suite not in instance.get_dynamic_partitions(SUITE):
+        instance.add_dynamic_partitions(SUITE, [suite])
+    loaded = time.perf_counter()
+    print(f"nightly_eval: suite {suite}, night {night}", file=sys.stderr, flush=True)
+    try:
+        result = run_job(
+            defs,
+            instance,
+            "nightly_eval",
+            partition_key(night, suite),
+            run_config=run_config,
+            tags=dict(args.tag or []),
+            verbose=args.verbose,
+        )
+    except KeyboardInterrupt:
+        print("error: interrupted; the run is marked failed", file=sys.stderr)
+        raise
+    if args.timings:
+        print(f"timing: imports and definitions {loaded - started:.2f} s", file=sys.stderr)
+        print(f"timing: job {time.perf_counter() - loaded:.2f} s", file=sys.stderr)
+    step_failures = failure_messages(result)
+    if step_failures:
+        mark_failed(instance, result, "; ".join(step_failures))
+        for line in step_failures:
+            print(f"error: {line}", file=sys.stderr)
+        return 1
+    summary = summary_facts(result)
+    if summary is None:
+        mark_failed(instance, result, "the run ended before its summary")
+        print("error: the run ended before its summary step", file=sys.stderr)
+        return 1
+    warehouse = project.warehouse()
+    if args.print_summary:
+        with warehouse.reading() as connection:
+            headline = headline_from_tables(connection, summary["eval_run_id"])
+        print(format_summary(headline, warehouse=str(warehouse.path)))
+    failed, warned = failed_checks(result)
+    # The comparison guard, as the sensor would run it under the daemon: compare, re-baseline
+    # (then compare), or say why not.
+    while args.guard and summary:
+        requests, reason = guard_requests(summary)
+        print(f"\ncomparison guard: {reason}")
+        if not requests:
+            break
+        request = requests[0]
+        print(f"running {request.job_name} for {request.partition_key}", file=sys.stderr)
+        follow_up = run_job(
+            defs,
+            instance,
+            request.job_name,
+            request.partition_key,
+            run_config=request.run_config,
+            tags=dict(request.tags),
+            verbose=args.verbose,
+        )
+        more_failures = failure_messages(follow_up)
+        if more_failures:
+            mark_failed(instance, follow_up, "; ".join(more_failures))
+            for line in more_failures:
+                print(f"error: {line}", file=sys.stderr)
+            return 1
+        more_failed, more_warned = failed_checks(follow_up)
+        failed += more_failed
+        warned += more_warned
+        if request.job_name == "run_comparison_job":
+            candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
+            with warehouse.reading() as connection:
+                print(format_comparison(candidate, comparison_rows(connection, candidate)))
+            break
+        summary = summary_facts(follow_up)
+    for line in warned:
+        print(f"warning: {line}", file=sys.stderr)
+    if failed:
+        print("\nrelease gates failed:", file=sys.stderr)
+        for line in failed:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def comparison_line(row: dict) -> str:
+    """One compared metric: both values, the delta with its interval, the p-value and test."""
+    return (
+        f"  {row['metric']:<16} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
+        f"delta {row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]  "
+        f"p={row['p_value']:.4f} ({row['test']}, n={row['n']})"
+    )
+
+
+def format_comparison(candidate_run_id: str, rows) -> str:
+    """The recorded comparison of one candidate run as a table."""
+    if not rows.height:
+        return f"no comparison recorded for {candidate_run_id}"
+    first = rows.row(0, named=True)
+    lines = [f"{candidate_run_id} against baseline {first['baseline_run_id']}: {first['reason']}"]
+    for row in rows.filter(rows["candidate_value"].is_not_null()).iter_rows(named=True):
+        lines.append(comparison_line(row))
+    return "\n".join(lines)
+
+
+def command_rebaseline(args: argparse.Namespace) -> int:
+    if not args.reason.strip():
+        raise ConfigError("a re-baseline needs a reason (--reason)")
+    requested_by = args.requested_by or os.environ.get("USER") or "unknown"
+    tags = [
+        [REBASELINE_TAG, "true"],
+        [REBASELINE_REASON_TAG, args.reason],
+        [REQUESTED_BY_TAG, requested_by],
+    ]
+    return command_nightly(
+        argparse.Namespace(
+            suite=args.suite,
+            partition=args.partition,
+            config=None,
+            tag=tags,
+            timings=False,
+            verbose=args.verbose,
+            print_summary=False,
+            guard=True,
+        )
+    )
+
+
+def add_commands(commands) -> None:
+    nightly = commands.add_parser("nightly", help="run a night's evaluation of one suite")
+    nightly.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
+    nightly.add_argument(
+        "--partition", type=project.night, help="night to evaluate (YYYY-MM-DD); default today"
+    )
+    nightly.add_argument(
+        "--tag", action="append", nargs=2, metavar=("KEY", "VALUE"), help="Dagster run tag"
+    )
+    nightly.add_argument(
+        "--config", help="run configuration YAML (e.g. resources.system.config.evidence_threshold)"
+    )
+    nightly.add_argument("--timings", action="store_true", help="print where the time went")
+    nightly.add_argument("--verbose", action="store_true", help="show Dagster's debug log")
+    nightly.add_argument("--no-summary", dest="print_summary", action="store_false")
+    nightly.add_argument(
+        "--no-guard", dest="guard", action="store_false", help="skip the comparison guard"
+    )
+    nightly.set_defaults(handler=command_nightly)
+
+    rebaseline = commands.add_parser(
+        "rebaseline", help="run a night tagged for re-baselining, then the rebaseline job"
+    )
+    rebaseline.add_argument("--suite", default=DEFAULT_SUITE)
+    rebaseline.add_argument("--partition", type=project.night, help="night; default today")
+    rebaseline.add_argument("--reason", required=True, help="why the corpus changed")
+    rebaseline.add_argument("--requested-by", help="who asks (default: $USER)")
+    rebaseline.add_argument("--verbose", action="store_true")
+    rebaseline.set_defaults(handler=command_rebaseline)

@@ -1,0 +1,52 @@
+"""What every command needs to know about the project: its deployment, warehouse and instance."""
+
+import argparse
+import datetime as dt
+import os
+from pathlib import Path
+
+from rag_eval_pipeline.lib.deployment import Deployment
+from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.paths import packaged_path, project_path, project_root
+from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+INSTANCE_SETTINGS = "dagster.yaml"
+
+
+def deployment() -> Deployment:
+    return Deployment.from_environment(os.environ)
+
+
+def warehouse() -> Warehouse:
+    return Warehouse(project_path(deployment().warehouse))
+
+
+def existing_warehouse() -> Warehouse:
+    """The published warehouse, which must exist already."""
+    found = warehouse()
+    if not found.exists():
+        raise ConfigError(f"{found.path}: no warehouse yet; run 'make nightly' first")
+    return found
+
+
+def dagster_home() -> Path:
+    """The project's persistent Dagster instance: ``DAGSTER_HOME``, else ``.dagster_home`` in the
+    project folder (created with the project's instance settings), so every CLI run is recorded
+    where ``make ui`` shows it."""
+    configured = os.environ.get("DAGSTER_HOME")
+    home = Path(configured) if configured else project_root() / ".dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    settings = home / INSTANCE_SETTINGS
+    if not settings.exists():
+        source = packaged_path(INSTANCE_SETTINGS)
+        settings.write_text(source.read_text(encoding="utf-8") if source.is_file() else "")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def night(value: str) -> str:
+    """An argparse type: a night as ``YYYY-MM-DD``."""
+    try:
+        return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date (YYYY-MM-DD)") from None

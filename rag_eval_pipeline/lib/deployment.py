@@ -1,0 +1,99 @@
+"""The deployment: what the environment chooses, read once, when the definitions are built.
+
+| variable | chooses | default |
+|---|---|---|
+| ``RAG_EVAL_TIMEZONE`` | time zone of the nights and of the 02:00 schedule | ``UTC`` |
+| ``RAG_EVAL_EXECUTOR`` | executor of the evaluation jobs (``in_process``, ``multiprocess``) | ``in_process`` |
+| ``RAG_EVAL_SYSTEM`` | system under test (``reference``; ``replay`` with ``RAG_EVAL_TRACES``) | ``reference`` |
+| ``RAG_EVAL_JUDGE`` | judge (``deterministic``; ``llm`` with ``RAG_EVAL_JUDGE_BASE_URL``, ``RAG_EVAL_JUDGE_MODEL``, ``RAG_EVAL_JUDGE_KEY_ENV``) | ``deterministic`` |
+| ``RAG_EVAL_WAREHOUSE`` | the published warehouse file | ``warehouse/rag_eval.duckdb`` |
+| ``RAG_EVAL_RUN_STORE`` | the run store (path or fsspec URL) | ``<warehouse folder>/store`` |
+| ``RAG_EVAL_SUITES`` | the folder of suite files | ``suites`` |
+| ``RAG_EVAL_GATES`` | the release gates file | ``gates/release_gates.yaml`` |
+
+The in-process executor is the default: on a two-core machine the multiprocess executor costs
+1.5-2 s of process start-up per step, more than most steps take.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.paths import packaged_path, project_path
+
+EXECUTORS = ("in_process", "multiprocess")
+SYSTEMS = ("reference", "replay")
+JUDGES = ("deterministic", "llm")
+DEFAULT_GATES = "gates/release_gates.yaml"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The choices of one deployment (module docstring)."""
+
+    timezone: str = "UTC"
+    executor: str = "in_process"
+    system: str = "reference"
+    traces: str = ""
+    judge: str = "deterministic"
+    judge_base_url: str = ""
+    judge_model: str = ""
+    judge_key_env: str = "OPENAI_API_KEY"
+    warehouse: str = "warehouse/rag_eval.duckdb"
+    run_store: str = ""
+    suites: str = "suites"
+    gates: str = ""
+
+    @classmethod
+    def from_environment(cls, environment: Mapping[str, str]) -> "Deployment":
+        """The deployment the variables choose; a bad value names the variable."""
+
+        def choice(variable: str, allowed: tuple[str, ...], default: str) -> str:
+            value = environment.get(variable) or default
+            if value not in allowed:
+                raise ConfigError(f"{variable}={value!r}; expected one of {', '.join(allowed)}")
+            return value
+
+        def required(variable: str, because: str) -> str:
+            value = environment.get(variable, "")
+            if not value:
+                raise ConfigError(f"{variable} must be set when {because}")
+            return value
+
+        timezone = environment.get("RAG_EVAL_TIMEZONE") or "UTC"
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"RAG_EVAL_TIMEZONE={timezone!r} is not a time zone") from None
+        system = choice("RAG_EVAL_SYSTEM", SYSTEMS, "reference")
+        judge = choice("RAG_EVAL_JUDGE", JUDGES, "deterministic")
+        return cls(
+            timezone=timezone,
+            executor=choice("RAG_EVAL_EXECUTOR", EXECUTORS, "in_process"),
+            system=system,
+            traces=required("RAG_EVAL_TRACES", "RAG_EVAL_SYSTEM=replay")
+            if system == "replay"
+            else "",
+            judge=judge,
+            judge_base_url=required("RAG_EVAL_JUDGE_BASE_URL", "RAG_EVAL_JUDGE=llm")
+            if judge == "llm"
+            else "",
+            judge_model=required("RAG_EVAL_JUDGE_MODEL", "RAG_EVAL_JUDGE=llm")
+            if judge == "llm"
+            else "",
+            judge_key_env=environment.get("RAG_EVAL_JUDGE_KEY_ENV") or "OPENAI_API_KEY",
+            warehouse=environment.get("RAG_EVAL_WAREHOUSE") or "warehouse/rag_eval.duckdb",
+            run_store=environment.get("RAG_EVAL_RUN_STORE") or "",
+            suites=environment.get("RAG_EVAL_SUITES") or "suites",
+            gates=environment.get("RAG_EVAL_GATES") or "",
+        )
+
+    @property
+    def gates_file(self) -> Path:
+        """The gates file: the configured one, else the project's, else the packaged default."""
+        if self.gates:
+            return project_path(self.gates)
+        in_project = project_path(DEFAULT_GATES)
+        return in_project if in_project.is_file() else packaged_path(DEFAULT_GATES)

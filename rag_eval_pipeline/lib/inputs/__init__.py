@@ -1,0 +1,1 @@
+"""What an evaluation reads: corpus snapshots, golden sets, suites, traces, the field's formats."""

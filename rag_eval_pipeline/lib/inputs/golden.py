@@ -1,0 +1,242 @@
+"""Golden sets: labelled questions with graded gold passages, validated against a snapshot.
+
+One JSON object a line with ``id``, ``question``, ``language``, ``stratum``, ``gold`` (a list of
+``{passage_id, grade}``; 3 = current answering section, 2 = supporting, 1 = superseded version,
+0 = judged irrelevant), ``reference_answers``, ``must_mention`` and ``labelled_against``.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from rag_eval_pipeline.lib.errors import RagEvalError
+
+ANSWERABLE = "answerable"
+NO_ANSWER_STRATA = (
+    "out_of_scope",
+    "near_miss",
+    "false_premise",
+    "prompt_injection",
+    "withdrawn_document",
+)
+STRATA = (ANSWERABLE, *NO_ANSWER_STRATA)
+REQUIRED_FIELDS = {
+    "id": str,
+    "question": str,
+    "language": str,
+    "stratum": str,
+    "gold": list,
+    "reference_answers": list,
+    "must_mention": list,
+    "labelled_against": str,
+}
+
+ITEM_SCHEMA = {
+    "item_id": pl.String,
+    "line": pl.Int64,
+    "question": pl.String,
+    "language": pl.String,
+    "stratum": pl.String,
+    "answerable": pl.Boolean,
+    "reference_answers": pl.List(pl.String),
+    "must_mention": pl.List(pl.String),
+    "labelled_against": pl.String,
+}
+GOLD_SCHEMA = {"item_id": pl.String, "passage_id": pl.String, "grade": pl.Int64}
+
+
+class GoldenSetError(RagEvalError):
+    """A golden set that cannot be used: the message names the file, the line and the problem."""
+
+
+@dataclass(frozen=True)
+class GoldenSet:
+    """Parsed golden items and their gold passages, with the digest that pins them."""
+
+    name: str
+    golden_digest: str
+    items: pl.DataFrame
+    gold: pl.DataFrame
+
+
+def _check_item(record: object, source: str, line: int) -> dict:
+    where = f"{source}:{line}"
+    if not isinstance(record, dict):
+        raise GoldenSetError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    for name, kind in REQUIRED_FIELDS.items():
+        if name not in record:
+            raise GoldenSetError(f"{where}: item is missing the field '{name}'")
+        if not isinstance(record[name], kind):
+            raise GoldenSetError(
+                f"{where}: field '{name}' must be a {kind.__name__}, "
+                f"got {type(record[name]).__name__}"
+            )
+    item_id = record["id"]
+    if not item_id.strip() or not record["question"].strip():
+        raise GoldenSetError(f"{where}: item '{item_id}' has an empty id or question")
+    if record["stratum"] not in STRATA:
+        raise GoldenSetError(
+            f"{where}: item '{item_id}' has stratum {record['stratum']!r}; "
+            f"expected one of {', '.join(STRATA)}"
+        )
+    for position, gold in enumerate(record["gold"], start=1):
+        if not isinstance(gold, dict) or set(gold) != {"passage_id", "grade"}:
+            raise GoldenSetError(
+                f"{where}: item '{item_id}' gold entry {position} must be "
+                "{'passage_id': ..., 'grade': ...}"
+            )
+        grade = gold["grade"]
+        if isinstance(grade, bool) or not isinstance(grade, int) or not 0 <= grade <= 3:
+            raise GoldenSetError(
+                f"{where}: item '{item_id}' gold {gold['passage_id']!r} has grade {grade!r}; "
+                "grades are the integers 0 to 3"
+            )
+    passage_ids = [gold["passage_id"] for gold in record["gold"]]
+    if len(set(passage_ids)) != len(passage_ids):
+        raise GoldenSetError(f"{where}: item '{item_id}' lists a gold passage twice")
+    for name in ("reference_answers", "must_mention"):
+        if not all(isinstance(value, str) for value in record[name]):
+            raise GoldenSetError(f"{where}: item '{item_id}' field '{name}' must hold strings")
+    if record["stratum"] == ANSWERABLE and not any(g["grade"] >= 2 for g in record["gold"]):
+        raise GoldenSetError(
+            f"{where}: answerable item '{item_id}' has no gold passage of grade 2 or 3"
+        )
+    return record
+
+
+def parse_golden_lines(lines: list[str], source: str) -> list[tuple[int, dict]]:
+    """Parse and check JSONL lines; returns ``(line number, item)`` pairs."""
+    records: list[tuple[int, dict]] = []
+    seen: dict[str, int] = {}
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise GoldenSetError(
+                f"{source}:{number}: malformed JSON at column {exc.colno}: {exc.msg}"
+            ) from None
+        record = _check_item(record, source, number)
+        if record["id"] in seen:
+            raise GoldenSetError(
+                f"{source}:{number}: item id '{record['id']}' already used on line "
+                f"{seen[record['id']]}"
+            )
+        seen[record["id"]] = number
+        records.append((number, record))
+    if not records:
+        raise GoldenSetError(f"{source}: golden set has no items")
+    return records
+
+
+def golden_digest(records: list[dict]) -> str:
+    """SHA-256 over the items as canonical JSON, sorted by id (file order does not matter)."""
+    lines = sorted(
+        json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        for record in records
+    )
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def load_golden_set(path: Path | str) -> GoldenSet:
+    """Read and check a golden-set file; errors name the file, the line and the problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise GoldenSetError(f"{path}: golden set file does not exist")
+    numbered = parse_golden_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
+    records = [record for _, record in numbered]
+    items = pl.DataFrame(
+        [
+            {
+                "item_id": record["id"],
+                "line": number,
+                "question": record["question"],
+                "language": record["language"],
+                "stratum": record["stratum"],
+                "answerable": record["stratum"] == ANSWERABLE,
+                "reference_answers": record["reference_answers"],
+                "must_mention": record["must_mention"],
+                "labelled_against": record["labelled_against"],
+            }
+            for number, record in numbered
+        ],
+        schema=ITEM_SCHEMA,
+    )
+    gold = pl.DataFrame(
+        [
+            {"item_id": record["id"], "passage_id": g["passage_id"], "grade": g["grade"]}
+            for record in records
+            for g in record["gold"]
+        ],
+        schema=GOLD_SCHEMA,
+    )
+    return GoldenSet(path.stem, golden_digest(records), items, gold)
+
+
+def validate_against_snapshot(
+    golden: GoldenSet,
+    passages: pl.DataFrame,
+    *,
+    snapshot_id: str,
+    corpus_digest: str,
+    source: str,
+) -> pl.DataFrame:
+    """Check gold ids against a snapshot and flag drifted items.
+
+    On the snapshot an item was labelled against (by id or digest), an unknown gold passage id is
+    an error naming the line. On any other snapshot the golden set is read as it stands: an item
+    whose grade >= 2 gold passage is no longer current (superseded, withdrawn or gone) is flagged
+    for re-labelling with the reason. Returns one row per item: ``item_id, drifted, drift_reason``.
+    """
+    status = passages.select("passage_id", "status")
+    joined = golden.gold.join(status, on="passage_id", how="left").join(
+        golden.items.select("item_id", "line", "labelled_against"), on="item_id"
+    )
+    pinned = joined.filter(
+        pl.col("labelled_against").is_in([snapshot_id, corpus_digest]) & pl.col("status").is_null()
+    ).sort("line")
+    if pinned.height:
+        first = pinned.row(0, named=True)
+        raise GoldenSetError(
+            f"{source}:{first['line']}: item '{first['item_id']}' names gold passage "
+            f"'{first['passage_id']}', which is not in snapshot {snapshot_id} "
+            f"({pinned.height} unknown gold id(s) in all)"
+        )
+    reasons = (
+        joined.filter(pl.col("grade") >= 2)
+        .with_columns(
+            reason=pl.when(pl.col("status").is_null())
+            .then(pl.format("{} is not in the snapshot", "passage_id"))
+            .when(pl.col("status") != "current")
+            .then(pl.format("{} is {}", "passage_id", "status"))
+        )
+        .filter(pl.col("reason").is_not_null())
+        .group_by("item_id")
+        .agg(pl.col("reason").sort().str.join("; ").alias("drift_reason"))
+    )
+    return (
+        golden.items.select("item_id")
+        .join(reasons, on="item_id", how="left")
+        .with_columns(drifted=pl.col("drift_reason").is_not_null())
+        .select("item_id", "drifted", "drift_reason")
+    )
+
+
+def golden_tables(golden: GoldenSet) -> dict[str, pl.DataFrame]:
+    """The rows kept for one golden set, keyed by table, each carrying the golden digest."""
+    digest = pl.lit(golden.golden_digest).alias("golden_digest")
+    return {
+        "golden_items": golden.items.with_columns(digest, pl.lit(golden.name).alias("golden_set")),
+        "golden_gold": golden.gold.with_columns(digest),
+    }
+
+
+def strata_counts(items: pl.DataFrame) -> dict[str, int]:
+    """Items per stratum."""
+    return {
+        row["stratum"]: row["len"] for row in items.group_by("stratum").len().iter_rows(named=True)
+    }

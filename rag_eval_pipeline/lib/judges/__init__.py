@@ -1,0 +1,1 @@
+"""Judges: the protocol, the deterministic and LLM judges, sampling, judging, calibration."""

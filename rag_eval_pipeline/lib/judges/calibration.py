@@ -1,0 +1,115 @@
+"""Judge calibration against human labels: agreement (Wilson interval) and Cohen's kappa.
+
+Human labels are JSONL, one claim a line: ``{"item_id", "claim", "verdict"}`` with the verdict a
+person gave (ENTAILED, CONTRADICTED or UNSUPPORTED). They are matched to the judge's verdicts on
+``(item_id, claim)``.
+"""
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.judges.protocol import VERDICTS
+from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
+
+MIN_LABELS = 30
+MIN_KAPPA = 0.6
+LABEL_SCHEMA = {"item_id": pl.String, "claim": pl.String, "human_verdict": pl.String}
+
+
+class HumanLabelError(RagEvalError):
+    """A human-label file that cannot be used; the message names the file and line."""
+
+
+def load_human_labels(path: Path | str) -> pl.DataFrame:
+    """Read a human-label file; errors name the file, the line and the problem."""
+    path = Path(path)
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise HumanLabelError(f"{path}:{number}: malformed JSON: {exc.msg}") from None
+        if not isinstance(record, dict) or not {"item_id", "claim", "verdict"} <= set(record):
+            raise HumanLabelError(f"{path}:{number}: needs 'item_id', 'claim' and 'verdict'")
+        if record["verdict"] not in VERDICTS:
+            raise HumanLabelError(
+                f"{path}:{number}: verdict {record['verdict']!r} is not one of {', '.join(VERDICTS)}"
+            )
+        rows.append(
+            {
+                "item_id": record["item_id"],
+                "claim": record["claim"],
+                "human_verdict": record["verdict"],
+            }
+        )
+    return pl.DataFrame(rows, schema=LABEL_SCHEMA)
+
+
+def cohen_kappa(first: list[str], second: list[str]) -> float | None:
+    """Cohen's kappa = (p_o - p_e) / (1 - p_e), p_e from each rater's label frequencies.
+
+    ``None`` when undefined (no pairs, or both raters used one and the same label throughout).
+    """
+    n = len(first)
+    if n == 0 or n != len(second):
+        return None
+    observed = sum(a == b for a, b in zip(first, second, strict=True)) / n
+    labels = set(first) | set(second)
+    expected = sum((first.count(c) / n) * (second.count(c) / n) for c in labels)
+    if expected == 1:
+        return None
+    return (observed - expected) / (1 - expected)
+
+
+def calibrate(
+    verdicts: pl.DataFrame,
+    labels: pl.DataFrame | None,
+    *,
+    judge_id: str,
+    min_labels: int = MIN_LABELS,
+    min_kappa: float = MIN_KAPPA,
+) -> dict:
+    """One ``judge_calibration`` row: n matched claims, agreement, its Wilson interval, kappa,
+    and whether the judge counts as calibrated (at least ``min_labels`` matched claims and kappa
+    at least ``min_kappa``), with the reason."""
+    if labels is None or not labels.height:
+        return {
+            "judge_id": judge_id,
+            "n": 0,
+            "agreement": None,
+            "ci_low": None,
+            "ci_high": None,
+            "kappa": None,
+            "calibrated": False,
+            "reason": "judge not calibrated: no human labels",
+        }
+    matched = verdicts.join(labels, on=["item_id", "claim"], how="inner")
+    n = matched.height
+    agree = int((matched["verdict"] == matched["human_verdict"]).sum()) if n else 0
+    low, high = wilson_interval(agree, n)
+    kappa = cohen_kappa(matched["verdict"].to_list(), matched["human_verdict"].to_list())
+    if n < min_labels:
+        calibrated, reason = (
+            False,
+            f"judge not calibrated: {n} labelled claims matched, need {min_labels}",
+        )
+    elif kappa is None or kappa < min_kappa:
+        shown = "undefined" if kappa is None else f"{kappa:.3f}"
+        calibrated, reason = False, f"judge not calibrated: kappa {shown} below {min_kappa}"
+    else:
+        calibrated, reason = True, f"kappa {kappa:.3f} >= {min_kappa} on {n} claims"
+    return {
+        "judge_id": judge_id,
+        "n": n,
+        "agreement": agree / n if n else None,
+        "ci_low": low,
+        "ci_high": high,
+        "kappa": kappa,
+        "calibrated": calibrated,
+        "reason": reason,
+    }

@@ -1,0 +1,48 @@
+"""Judges: split an answer into claims and give each a verdict against the exact context sent.
+
+Verdicts: ``ENTAILED`` (a context passage states it), ``CONTRADICTED`` (a passage covers the same
+statement with a different number or the opposite polarity: an intrinsic error), ``UNSUPPORTED``
+(nothing in the context states it: an extrinsic error). Each verdict carries the passage that
+supports or contradicts the claim. ``JUDGE_ERROR`` is not a verdict: it records that judging
+failed, is never counted as supported, and is left out of every rate with its count shown.
+
+Both methods take a whole batch, so a judge can batch or parallelise its calls.
+Implementations: the deterministic lexical judge (``judges.deterministic``, the offline default)
+and an LLM judge over any OpenAI-compatible endpoint (``judges.llm``).
+"""
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+ENTAILED = "ENTAILED"
+CONTRADICTED = "CONTRADICTED"
+UNSUPPORTED = "UNSUPPORTED"
+JUDGE_ERROR = "JUDGE_ERROR"
+VERDICTS = (ENTAILED, CONTRADICTED, UNSUPPORTED)
+
+Context = Sequence[tuple[str, str]]
+
+
+class Claim(NamedTuple):
+    text: str
+    cited_ids: tuple[str, ...]
+
+
+class Verdict(NamedTuple):
+    verdict: str
+    passage_id: str | None
+    replayed: bool = False
+
+
+class Judge(Protocol):
+    """Any judge: claim decomposition and one verdict per claim against its context."""
+
+    judge_id: str
+
+    def config(self) -> dict: ...
+
+    def claims_batch(self, answers: Sequence[str]) -> list[list[Claim] | None]:
+        """The claims of every answer; ``None`` for an answer whose decomposition failed."""
+        ...
+
+    def verdicts(self, pairs: Sequence[tuple[str, Context]]) -> list[Verdict]: ...

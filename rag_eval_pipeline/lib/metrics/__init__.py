@@ -1,0 +1,1 @@
+"""Measures: retrieval and generation registries, intervals, paired comparisons."""

@@ -1,0 +1,683 @@
+"""Generation measures: per-item outcomes, then rates with intervals per scope.
+
+Per item (``item_outcomes``):
+- ``correct``: on an answerable item, answered and every ``must_mention`` string present
+  (case-insensitive); when an item has no ``must_mention``, answered with SQuAD token F1 >= 0.5
+  against a reference answer; unknown (null, left out of the rates) when it has neither. On a
+  no-answer item, correct means refused.
+- ``exact_match`` / ``token_f1``: the official SQuAD 2.0 definitions (lowercase, punctuation and
+  the articles a/an/the removed, whitespace collapsed; the maximum over reference answers; a
+  no-answer item scores 1 only for an empty prediction). A refusal predicts the empty string;
+  citation markers ``[id]`` naming a passage of the context sent (or a cited id) are removed
+  before scoring, other bracketed text is kept. An answerable item without reference answers
+  has no SQuAD score (null) rather than the no-answer case's 1.
+- ``context_sufficient``: a gold passage at or above the relevance level was in the context sent.
+- ``confident_wrong``: answered and not correct.
+
+Rates (``summarise``), each with ``n`` (its denominator) and an interval:
+- ``faithfulness``: mean over judged answered items of ENTAILED claims / all claims (Ragas'
+  definition, claims judged against the context sent); bootstrap interval.
+- ``contradicted_claim_rate`` / ``unsupported_claim_rate``: CONTRADICTED (intrinsic) or
+  UNSUPPORTED (extrinsic) claims / all judged claims; Wilson.
+- ``citation_validity``: answered items whose cited ids are all in the context sent / answered.
+- ``citation_support``: citations whose passage entails the claim they are attached to / citations.
+- ``answer_relevance``: answered items judged relevant / answered items that have a judgement.
+- ``answer_correct_rate`` and ``exact_match`` / ``token_f1`` means over the items in scope.
+- ``confident_wrong_rate``: answered and incorrect / items in scope.
+- ``false_refusal_rate``: answerable refused / answerable.
+- ``correct_refusal_rate``: no-answer refused / no-answer; ``refusal_precision``: refusals on
+  no-answer items / all refusals. The no-answer strata are reported apart, never in the headline.
+
+Guardrails, each measured on its own (``guardrail_metrics``, rates defined there): the input
+check's block rates on ``prompt_injection`` and ``out_of_scope`` items and its false blocks on
+answerable items; the evidence check's refusals of no-answer items and false refusals of
+answerable items that passed the input check; the citation check's rejections among answers.
+"""
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from rag_eval_pipeline.lib.judges.protocol import (
+    CONTRADICTED,
+    ENTAILED,
+    JUDGE_ERROR,
+    UNSUPPORTED,
+    VERDICTS,
+)
+from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, wilson_interval
+from rag_eval_pipeline.lib.systems import guardrails
+
+PROPORTION = "proportion"
+MEAN = "mean"
+
+CITATION_MARK = re.compile(r"\s*\[[^\[\]\s]+\]")
+ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+PUNCTUATION_DELETION = str.maketrans("", "", string.punctuation)
+
+METRIC_ROW_SCHEMA = {
+    "scope": pl.String,
+    "scope_value": pl.String,
+    "metric": pl.String,
+    "value": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "n": pl.Int64,
+    "interval_method": pl.String,
+}
+OUTCOME_SCHEMA = {
+    "item_id": pl.String,
+    "stratum": pl.String,
+    "language": pl.String,
+    "answerable": pl.Boolean,
+    "refused": pl.Boolean,
+    "correct": pl.Boolean,
+    "exact_match": pl.Float64,
+    "token_f1": pl.Float64,
+    "context_sufficient": pl.Boolean,
+    "confident_wrong": pl.Boolean,
+    "citation_valid": pl.Boolean,
+    "best_score": pl.Float64,
+}
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation and articles, collapse whitespace.
+
+    Punctuation is ``string.punctuation``, as in the official script, deleted in one
+    ``str.translate`` pass rather than character by character (the same result, faster).
+    """
+    text = text.lower().translate(PUNCTUATION_DELETION)
+    return " ".join(ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, references: Sequence[str]) -> float:
+    """SQuAD exact match, maximum over references; no references means the no-answer case.
+
+    As in the official script, a reference that normalises to nothing is dropped, and an item
+    left without references is scored against the empty answer."""
+    golds = [gold for gold in map(normalize_answer, references) if gold] or [""]
+    predicted = normalize_answer(prediction)
+    return max(float(predicted == gold) for gold in golds)
+
+
+def token_f1(prediction: str, references: Sequence[str]) -> float:
+    """SQuAD token F1, maximum over references; an empty side scores 1 only if both are empty.
+
+    Tokens are the whitespace-separated words of the normalised texts; overlap counts shared
+    tokens with multiplicity (the official ``Counter`` intersection)."""
+    golds = [gold.split() for gold in map(normalize_answer, references) if gold] or [[]]
+    predicted = normalize_answer(prediction).split()
+    best = 0.0
+    for gold in golds:
+        if not predicted or not gold:
+            best = max(best, float(predicted == gold))
+            continue
+        common = sum((Counter(predicted) & Counter(gold)).values())
+        if common == 0:
+            continue
+        precision, recall = common / len(predicted), common / len(gold)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def strip_citations(answer: str) -> str:
+    return CITATION_MARK.sub("", answer).strip()
+
+
+def item_outcomes(
+    items: pl.DataFrame,
+    responses: pl.DataFrame,
+    gold: pl.DataFrame,
+    *,
+    rel_level: int = 2,
+) -> pl.DataFrame:
+    """One row per item with the outcome columns of ``OUTCOME_SCHEMA``.
+
+    ``items``: golden items; ``responses``: ``item_id, refused, answer, context_ids,
+    citation_valid, best_score`` (and ``cited_ids`` when known); ``gold``: ``item_id, passage_id, grade``.
+    """
+    relevant = (
+        gold.filter(pl.col("grade") >= rel_level)
+        .group_by("item_id")
+        .agg(pl.col("passage_id").alias("relevant_ids"))
+    )
+    joined = items.join(responses, on="item_id", how="left").join(
+        relevant, on="item_id", how="left"
+    )
+    rows = []
+    for row in joined.iter_rows(named=True):
+        refused = bool(row["refused"]) if row["refused"] is not None else True
+        # Only markers naming a passage the answer could cite are citations: SQuAD answers such
+        # as "Z[i]" or "wid[en]" keep their brackets, as the official script scores them.
+        citable = set(row["context_ids"] or []) | set(row.get("cited_ids") or [])
+        prediction = (
+            ""
+            if refused
+            else CITATION_MARK.sub(
+                lambda mark, ids=citable: (
+                    "" if mark.group(0).strip()[1:-1] in ids else mark.group(0)
+                ),
+                row["answer"] or "",
+            ).strip()
+        )
+        references = row["reference_answers"] if row["answerable"] else []
+        # An answerable item without reference answers has no SQuAD score (not a no-answer 1.0).
+        scorable = not row["answerable"] or bool(references)
+        em = exact_match(prediction, references) if scorable else None
+        f1 = token_f1(prediction, references) if scorable else None
+        if row["answerable"]:
+            mentions = row["must_mention"] or []
+            lowered = prediction.lower()
+            if mentions:
+                correct = not refused and all(m.lower() in lowered for m in mentions)
+            elif f1 is not None:
+                correct = not refused and f1 >= 0.5
+            else:
+                correct = None
+        else:
+            correct = refused
+        context = set(row["context_ids"] or [])
+        sufficient = bool(context & set(row["relevant_ids"] or []))
+        rows.append(
+            {
+                "item_id": row["item_id"],
+                "stratum": row["stratum"],
+                "language": row["language"],
+                "answerable": row["answerable"],
+                "refused": refused,
+                "correct": correct,
+                "exact_match": em,
+                "token_f1": f1,
+                "context_sufficient": sufficient,
+                "confident_wrong": (not refused) and correct is False,
+                "citation_valid": row["citation_valid"],
+                "best_score": row["best_score"],
+            }
+        )
+    return pl.DataFrame(rows, schema=OUTCOME_SCHEMA)
+
+
+def _proportion(metric: str, successes: int, n: int) -> dict:
+    low, high = wilson_interval(successes, n)
+    return {
+        "metric": metric,
+        "value": successes / n if n else None,
+        "ci_low": low,
+        "ci_high": high,
+        "n": n,
+        "interval_method": "wilson95",
+    }
+
+
+def _mean(metric: str, values: np.ndarray, seed: int) -> dict:
+    low, high = bootstrap_mean_interval(values, seed=seed)
+    return {
+        "metric": metric,
+        "value": float(values.mean()) if values.size else None,
+        "ci_low": low,
+        "ci_high": high,
+        "n": int(values.size),
+        "interval_method": "bootstrap95",
+    }
+
+
+def judged_items(verdicts: pl.DataFrame) -> pl.DataFrame:
+    """Per judged item: claim counts by verdict and citation support counts.
+
+    ``JUDGE_ERROR`` rows (a claim or a split the judge could not judge) are counted apart in
+    ``n_judge_errors`` and left out of ``n_claims``; a citation whose check failed is left out of
+    ``n_citations``.
+    """
+    judged = pl.col("verdict").is_in(list(VERDICTS))
+    return verdicts.group_by("item_id").agg(
+        judged.sum().alias("n_claims"),
+        (pl.col("verdict") == ENTAILED).sum().alias("n_entailed"),
+        (pl.col("verdict") == CONTRADICTED).sum().alias("n_contradicted"),
+        (pl.col("verdict") == UNSUPPORTED).sum().alias("n_unsupported"),
+        (pl.col("verdict") == JUDGE_ERROR).sum().alias("n_judge_errors"),
+        pl.col("citation_supported").is_not_null().sum().alias("n_citations"),
+        pl.col("citation_supported").fill_null(False).sum().alias("n_citations_supported"),
+    )
+
+
+@dataclass(frozen=True)
+class ScopeItems:
+    """The items of one scope, split the ways the measures need them."""
+
+    outcomes: pl.DataFrame
+    sampled: pl.DataFrame | None
+
+    @classmethod
+    def of(cls, outcomes: pl.DataFrame, judged: pl.DataFrame | None) -> "ScopeItems":
+        sampled = None
+        if judged is not None and judged.height:
+            answered = outcomes.filter(~pl.col("refused")).select("item_id")
+            sampled = judged.join(answered, on="item_id", how="semi")
+        return cls(outcomes, sampled)
+
+    @property
+    def answerable(self) -> pl.DataFrame:
+        return self.outcomes.filter(pl.col("answerable"))
+
+    @property
+    def no_answer(self) -> pl.DataFrame:
+        return self.outcomes.filter(~pl.col("answerable"))
+
+    @property
+    def answered(self) -> pl.DataFrame:
+        return self.outcomes.filter(~pl.col("refused"))
+
+    @property
+    def refused(self) -> pl.DataFrame:
+        return self.outcomes.filter(pl.col("refused"))
+
+
+Counts = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class GenerationMeasure:
+    """One generation measure: a proportion (successes, n; Wilson interval) or a mean over
+    items (values; seeded bootstrap interval). ``compute`` returns ``None`` when the scope has
+    nothing it applies to; a measure with ``n = 0`` is left out rather than reported as 0."""
+
+    name: str
+    kind: str
+    compute: Callable[[ScopeItems], Counts | np.ndarray | None]
+    needs_judge: bool = False
+
+
+REGISTRY: dict[str, GenerationMeasure] = {}
+
+
+def generation_measure(name: str, kind: str, *, needs_judge: bool = False):
+    """Register a measure under ``name`` (the order of registration is the order of rows)."""
+
+    def register(compute: Callable[[ScopeItems], Counts | np.ndarray | None]):
+        REGISTRY[name] = GenerationMeasure(name, kind, compute, needs_judge)
+        return compute
+
+    return register
+
+
+@generation_measure("faithfulness", MEAN, needs_judge=True)
+def faithfulness(scope: ScopeItems) -> np.ndarray:
+    """Mean over judged answered items with at least one judged claim of ENTAILED / judged claims
+    (Ragas' definition; claims judged against the context sent)."""
+    with_claims = scope.sampled.filter(pl.col("n_claims") > 0)
+    return (with_claims["n_entailed"] / with_claims["n_claims"]).to_numpy()
+
+
+@generation_measure("contradicted_claim_rate", PROPORTION, needs_judge=True)
+def contradicted_claim_rate(scope: ScopeItems) -> Counts:
+    """CONTRADICTED (intrinsic errors) / judged claims."""
+    return int(scope.sampled["n_contradicted"].sum()), int(scope.sampled["n_claims"].sum())
+
+
+@generation_measure("unsupported_claim_rate", PROPORTION, needs_judge=True)
+def unsupported_claim_rate(scope: ScopeItems) -> Counts:
+    """UNSUPPORTED (extrinsic errors) / judged claims."""
+    return int(scope.sampled["n_unsupported"].sum()), int(scope.sampled["n_claims"].sum())
+
+
+@generation_measure("judge_error_rate", PROPORTION, needs_judge=True)
+def judge_error_rate(scope: ScopeItems) -> Counts:
+    """Claims (and claim splits) the judge failed on (``JUDGE_ERROR``) / claims judged or failed:
+    shown beside the judge-based rates, which leave these claims out."""
+    errors = int(scope.sampled["n_judge_errors"].sum())
+    return errors, int(scope.sampled["n_claims"].sum()) + errors
+
+
+@generation_measure("citation_support", PROPORTION, needs_judge=True)
+def citation_support(scope: ScopeItems) -> Counts:
+    """Cited claims whose cited passages entail them / cited claims judged."""
+    return (
+        int(scope.sampled["n_citations_supported"].sum()),
+        int(scope.sampled["n_citations"].sum()),
+    )
+
+
+@generation_measure("answer_relevance", PROPORTION, needs_judge=True)
+def answer_relevance(scope: ScopeItems) -> Counts | None:
+    """Answered items judged relevant / answered items with a relevance judgement (only for a
+    judge that gives one: a boolean ``relevant`` per judged item)."""
+    if "relevant" not in scope.sampled.columns:
+        return None
+    rated = scope.sampled.filter(pl.col("relevant").is_not_null())
+    return int(rated["relevant"].sum()), rated.height
+
+
+@generation_measure("citation_validity", PROPORTION)
+def citation_validity(scope: ScopeItems) -> Counts:
+    """Answered items citing only ids of the context sent (and at least one) / answered."""
+    valid = scope.answered.filter(pl.col("citation_valid").is_not_null())
+    return int(valid["citation_valid"].sum()), valid.height
+
+
+@generation_measure("answer_correct_rate", PROPORTION)
+def answer_correct_rate(scope: ScopeItems) -> Counts | None:
+    """Correct / answerable items whose correctness is known (must_mention or a reference)."""
+    if not scope.answerable.height:
+        return None
+    known = scope.answerable.filter(pl.col("correct").is_not_null())
+    return int(known["correct"].sum()), known.height
+
+
+@generation_measure("exact_match", MEAN)
+def exact_match_mean(scope: ScopeItems) -> np.ndarray | None:
+    """Mean SQuAD exact match over answerable items with reference answers."""
+    if not scope.answerable.height:
+        return None
+    return scope.answerable["exact_match"].drop_nulls().to_numpy()
+
+
+@generation_measure("token_f1", MEAN)
+def token_f1_mean(scope: ScopeItems) -> np.ndarray | None:
+    """Mean SQuAD token F1 over answerable items with reference answers."""
+    if not scope.answerable.height:
+        return None
+    return scope.answerable["token_f1"].drop_nulls().to_numpy()
+
+
+@generation_measure("false_refusal_rate", PROPORTION)
+def false_refusal_rate(scope: ScopeItems) -> Counts | None:
+    """Answerable items refused / answerable items."""
+    if not scope.answerable.height:
+        return None
+    return int(scope.answerable["refused"].sum()), scope.answerable.height
+
+
+@generation_measure("correct_refusal_rate", PROPORTION)
+def correct_refusal_rate(scope: ScopeItems) -> Counts | None:
+    """No-answer items refused / no-answer items."""
+    if not scope.no_answer.height:
+        return None
+    return int(scope.no_answer["refused"].sum()), scope.no_answer.height
+
+
+@generation_measure("refusal_precision", PROPORTION)
+def refusal_precision(scope: ScopeItems) -> Counts | None:
+    """Refusals of no-answer items / all refusals (only in a scope holding both kinds)."""
+    refused = scope.refused
+    if not (refused.height and scope.answerable.height and scope.no_answer.height):
+        return None
+    return int((~refused["answerable"]).sum()), refused.height
+
+
+@generation_measure("confident_wrong_rate", PROPORTION)
+def confident_wrong_rate(scope: ScopeItems) -> Counts:
+    """Answered and not correct / items in scope."""
+    return int(scope.outcomes["confident_wrong"].sum()), scope.outcomes.height
+
+
+def summarise(
+    outcomes: pl.DataFrame, judged: pl.DataFrame | None = None, *, seed: int = 20261001
+) -> list[dict]:
+    """Every registered measure over the items of ``outcomes`` (one scope), each with its
+    interval and ``n``. ``judged`` (from ``judged_items``) restricts the claim-level measures to
+    the sampled items; without it they are left out. Measures with an empty denominator are
+    left out."""
+    scope = ScopeItems.of(outcomes, judged)
+    rows = []
+    for spec in REGISTRY.values():
+        if spec.needs_judge and scope.sampled is None:
+            continue
+        computed = spec.compute(scope)
+        if computed is None:
+            continue
+        row = (
+            _proportion(spec.name, *computed)
+            if spec.kind == PROPORTION
+            else _mean(spec.name, computed, seed)
+        )
+        if row["n"]:
+            rows.append(row)
+    return rows
+
+
+def scoped_summary(
+    outcomes: pl.DataFrame, judged: pl.DataFrame | None = None, *, seed: int = 20261001
+) -> pl.DataFrame:
+    """``summarise`` per scope: the headline (answerable items), the no-answer items together,
+    every stratum, every language (answerable items), and SQuAD's official mix of both."""
+    scopes: list[tuple[str, str, pl.DataFrame]] = [
+        ("overall", "answerable", outcomes.filter(pl.col("answerable"))),
+        ("overall", "no_answer", outcomes.filter(~pl.col("answerable"))),
+        ("overall", "all_items", outcomes),
+    ]
+    for stratum in sorted(outcomes["stratum"].unique().to_list()):
+        scopes.append(("stratum", stratum, outcomes.filter(pl.col("stratum") == stratum)))
+    for language in sorted(outcomes["language"].unique().to_list()):
+        scopes.append(
+            (
+                "language",
+                language,
+                outcomes.filter((pl.col("language") == language) & pl.col("answerable")),
+            )
+        )
+    rows = []
+    for scope, value, subset in scopes:
+        if not subset.height:
+            continue
+        for metric in summarise(subset, judged, seed=seed):
+            if (
+                scope == "overall"
+                and value == "all_items"
+                and metric["metric"]
+                not in (
+                    "exact_match_all",
+                    "refusal_precision",
+                    "confident_wrong_rate",
+                )
+            ):
+                continue
+            rows.append({"scope": scope, "scope_value": value, **metric})
+    squad = outcomes
+    for name, column in (("squad_exact_match", "exact_match"), ("squad_f1", "token_f1")):
+        rows.append(
+            {
+                "scope": "overall",
+                "scope_value": "all_items",
+                **_mean(name, squad[column].to_numpy(), seed),
+            }
+        )
+    return pl.DataFrame(rows, schema=METRIC_ROW_SCHEMA)
+
+
+def sufficiency_table(outcomes: pl.DataFrame) -> pl.DataFrame:
+    """The 2x2 of context sufficiency x answer correctness on answerable items (all four cells)."""
+    cells = pl.DataFrame(
+        {
+            "context_sufficient": [True, True, False, False],
+            "answer_correct": [True, False, True, False],
+        }
+    )
+    counts = (
+        outcomes.filter(pl.col("answerable"))
+        .group_by(pl.col("context_sufficient"), pl.col("correct").alias("answer_correct"))
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+    )
+    return cells.join(counts, on=["context_sufficient", "answer_correct"], how="left").with_columns(
+        pl.col("count").fill_null(0)
+    )
+
+
+def abstention_sweep(
+    best_scores: pl.DataFrame,
+    thresholds: Sequence[float],
+    *,
+    max_unanswerable_answered_rate: float = 0.05,
+) -> tuple[pl.DataFrame, float | None]:
+    """Both error counts of the evidence threshold at each candidate threshold.
+
+    An item is answered at threshold t when its best score is >= t (no score: never answered)
+    and no other guardrail refused it (optional boolean column ``refused_otherwise``).
+    ``best_scores`` has ``answerable`` and ``best_score``.
+
+    Recommendation rule: among thresholds that answer at most
+    ``floor(max_unanswerable_answered_rate * unanswerable items)`` unanswerable questions (5% by
+    default, the confident-wrong target; zero on small sets), the one with the fewest answerable
+    questions refused, then the lowest threshold. When no candidate meets the cap, the one with
+    the fewest unanswerable questions answered.
+    """
+    frame = best_scores
+    if "refused_otherwise" not in frame.columns:
+        frame = frame.with_columns(refused_otherwise=pl.lit(False))
+    rows = []
+    for threshold in sorted({float(t) for t in thresholds}):
+        answered = (
+            pl.col("best_score").is_not_null()
+            & (pl.col("best_score") >= threshold)
+            & ~pl.col("refused_otherwise")
+        )
+        counts = frame.select(
+            (answered & ~pl.col("answerable")).sum().alias("unanswerable_answered"),
+            (~answered & pl.col("answerable")).sum().alias("answerable_refused"),
+        ).row(0)
+        rows.append(
+            {
+                "threshold": threshold,
+                "unanswerable_answered": int(counts[0]),
+                "answerable_refused": int(counts[1]),
+            }
+        )
+    sweep = pl.DataFrame(
+        rows,
+        schema={
+            "threshold": pl.Float64,
+            "unanswerable_answered": pl.Int64,
+            "answerable_refused": pl.Int64,
+        },
+    )
+    if not sweep.height:
+        return sweep.with_columns(recommended=pl.lit(False)), None
+    allowed = math.floor(max_unanswerable_answered_rate * int((~frame["answerable"]).sum()))
+    eligible = sweep.filter(pl.col("unanswerable_answered") <= allowed)
+    if eligible.height:
+        best = eligible.sort("answerable_refused", "threshold").row(0, named=True)
+    else:
+        best = sweep.sort("unanswerable_answered", "answerable_refused", "threshold").row(
+            0, named=True
+        )
+    recommended = best["threshold"]
+    return sweep.with_columns(recommended=pl.col("threshold") == recommended), recommended
+
+
+def sweep_thresholds(best_scores: Sequence[float | None], points: int = 60) -> list[float]:
+    """Candidate thresholds: 0, every observed best score (thinned to ``points`` quantiles) and
+    one just above the highest, where everything is refused."""
+    observed = sorted({float(s) for s in best_scores if s is not None})
+    if len(observed) > points:
+        positions = np.linspace(0, len(observed) - 1, points).round().astype(int)
+        observed = sorted({observed[i] for i in positions})
+    return [0.0, *observed, (observed[-1] + 1e-3) if observed else 1.0]
+
+
+def guardrail_metrics(outcomes_with_reasons: pl.DataFrame) -> list[dict]:
+    """How well each guardrail of the system did its own job, from the refusal reasons.
+
+    ``outcomes_with_reasons`` has one row per item with ``stratum``, ``answerable``, ``refused``
+    and ``refusal_reason`` (``generation_results.refusal_reason``: ``input_check:...``,
+    ``evidence_check:...``, ``citation_check:...``; see ``lib.guardrails``). Each rate is a
+    proportion with a Wilson 95% interval; ``n`` is its denominator, and a rate whose
+    denominator is empty is left out. The guardrails run in order (input check, evidence
+    check, answer, citation check), so each is measured on the items that reached it:
+
+    - ``input_check_override_blocked``: ``prompt_injection`` items refused with
+      ``input_check:prompt_override`` / ``prompt_injection`` items;
+    - ``input_check_out_of_scope_blocked``: ``out_of_scope`` items refused with
+      ``input_check:out_of_scope`` / ``out_of_scope`` items;
+    - ``input_check_false_block_rate``: answerable items refused by any ``input_check:*`` /
+      answerable items;
+    - ``evidence_check_no_answer_refused``: no-answer items refused by ``evidence_check:*`` /
+      no-answer items not refused by the input check;
+    - ``evidence_check_false_refusal_rate``: answerable items refused by ``evidence_check:*`` /
+      answerable items not refused by the input check;
+    - ``citation_check_rejection_rate``: answers rejected by ``citation_check:*`` / answers
+      given (items answered, plus those whose answer the citation check rejected).
+    """
+    reason = pl.col("refusal_reason").fill_null("")
+    blocked = pl.col("refused") & reason.str.starts_with("input_check:")
+    by_evidence = pl.col("refused") & reason.str.starts_with("evidence_check:")
+    by_citation = pl.col("refused") & reason.str.starts_with("citation_check:")
+    answerable = pl.col("answerable")
+    stratum = pl.col("stratum")
+    # (metric, items it is measured on, items among them that count as successes)
+    rates = (
+        (
+            "input_check_override_blocked",
+            stratum == "prompt_injection",
+            pl.col("refused") & (reason == guardrails.PROMPT_OVERRIDE),
+        ),
+        (
+            "input_check_out_of_scope_blocked",
+            stratum == "out_of_scope",
+            pl.col("refused") & (reason == guardrails.OUT_OF_SCOPE),
+        ),
+        ("input_check_false_block_rate", answerable, blocked),
+        ("evidence_check_no_answer_refused", ~answerable & ~blocked, by_evidence),
+        ("evidence_check_false_refusal_rate", answerable & ~blocked, by_evidence),
+        ("citation_check_rejection_rate", ~pl.col("refused") | by_citation, by_citation),
+    )
+    counts = outcomes_with_reasons.select(
+        *(within.sum().alias(f"{name}:n") for name, within, _ in rates),
+        *((within & success).sum().alias(f"{name}:k") for name, within, success in rates),
+    ).row(0, named=True)
+    metrics = [
+        _proportion(name, int(counts[f"{name}:k"]), int(counts[f"{name}:n"]))
+        for name, _, _ in rates
+    ]
+    return [m for m in metrics if m["n"]]
+
+
+@dataclass(frozen=True)
+class GenerationTables:
+    """A run's generation tables (rows without the run id) and the recommended threshold."""
+
+    item_metrics: pl.DataFrame
+    metrics: pl.DataFrame
+    sufficiency: pl.DataFrame
+    sweep: pl.DataFrame
+    recommended_threshold: float | None
+
+
+def generation_tables(
+    items: pl.DataFrame,
+    responses: pl.DataFrame,
+    gold: pl.DataFrame,
+    verdicts: pl.DataFrame,
+    *,
+    rel_level: int,
+    seed: int,
+) -> GenerationTables:
+    """Every generation table of a run from its golden items, ``generation_results``, gold
+    passages and the golden-source ``judge_verdicts``: per-item outcomes, the rates per scope
+    (with the guardrails measured one by one), the sufficiency x correctness 2x2 and the
+    abstention sweep with its recommended threshold."""
+    outcomes = item_outcomes(items, responses, gold, rel_level=rel_level)
+    table = scoped_summary(outcomes, judged_items(verdicts), seed=seed)
+    guarded = outcomes.join(responses.select("item_id", "refusal_reason"), on="item_id")
+    guardrail_rows = [
+        {"scope": "guardrail", "scope_value": "all_items", **row}
+        for row in guardrail_metrics(guarded)
+    ]
+    table = pl.concat([table, pl.DataFrame(guardrail_rows, schema=table.schema)])
+    refused_otherwise = responses.select(
+        "item_id",
+        refused_otherwise=pl.col("refused")
+        & ~pl.col("refusal_reason").fill_null("").str.starts_with("evidence_check"),
+    )
+    sweep, recommended = abstention_sweep(
+        outcomes.join(refused_otherwise, on="item_id").select(
+            "answerable", "best_score", "refused_otherwise"
+        ),
+        sweep_thresholds(outcomes["best_score"].to_list()),
+    )
+    return GenerationTables(outcomes, table, sufficiency_table(outcomes), sweep, recommended)

@@ -1,0 +1,1 @@
+"""What people read: the run summary, the HTML report, the charts."""

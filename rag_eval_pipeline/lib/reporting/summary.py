@@ -1,0 +1,176 @@
+"""The evaluation run summary: headline figures read back from the warehouse, and their text.
+
+A headline figure the run could not compute (no reference answers, so no correctness; no judged
+claims, so no faithfulness) is printed "not measured", never as a number, and a run that did not
+complete says so above its figures.
+"""
+
+import duckdb
+
+from rag_eval_pipeline.lib.runs import registry
+from rag_eval_pipeline.lib.store.sql import sql_query
+
+HEADLINE_RETRIEVAL = ("Success@5", "R@5", "RR@5", "nDCG@10", "Stale@5")
+HEADLINE_GENERATION = (
+    "faithfulness",
+    "contradicted_claim_rate",
+    "unsupported_claim_rate",
+    "judge_error_rate",
+    "citation_validity",
+    "citation_support",
+    "answer_correct_rate",
+    "token_f1",
+    "confident_wrong_rate",
+    "false_refusal_rate",
+)
+NO_ANSWER = ("correct_refusal_rate", "confident_wrong_rate")
+WHY_NOT_MEASURED = {
+    "faithfulness": "no judged claims",
+    "contradicted_claim_rate": "no judged claims",
+    "unsupported_claim_rate": "no judged claims",
+    "judge_error_rate": "no judged claims",
+    "citation_support": "no judged citations",
+    "citation_validity": "no answers",
+    "answer_correct_rate": "no must_mention or reference answers",
+    "token_f1": "no reference answers",
+}
+
+
+def _rows(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict) -> list[dict]:
+    return connection.sql(sql_query("summary", query), params=parameters).pl().to_dicts()
+
+
+def headline_from_tables(connection: duckdb.DuckDBPyConnection, eval_run_id: str) -> dict:
+    """Identity, status, digests and the headline metrics of one run, as plain data."""
+    identity = registry.run_row(connection, eval_run_id)
+    if identity is None:
+        raise KeyError(f"no evaluation run {eval_run_id!r} in the warehouse")
+    scope = {"run": eval_run_id}
+    retrieval = _rows(connection, "retrieval", {**scope, "names": list(HEADLINE_RETRIEVAL)})
+    generation = _rows(connection, "generation", scope)
+    sweep = _rows(connection, "recommended_threshold", scope)
+    calibration = _rows(connection, "calibration", scope)
+    order = {name: i for i, name in enumerate(HEADLINE_RETRIEVAL)}
+    return {
+        "eval_run_id": eval_run_id,
+        "suite": identity["suite"],
+        "status": identity["status"],
+        "status_reason": identity["status_reason"],
+        "partition_date": identity["partition_date"],
+        "dagster_run_id": identity["dagster_run_id"],
+        "snapshot_id": identity["snapshot_id"],
+        "corpus_digest": identity["corpus_digest"],
+        "golden_set": identity["golden_set"],
+        "golden_digest": identity["golden_digest"],
+        "system_id": identity["system_id"],
+        "system_config_digest": identity["system_config_digest"],
+        "judge_id": identity["judge_id"],
+        "settings_digest": identity["settings_digest"],
+        "report_path": identity["report_path"],
+        "retrieval": sorted(retrieval, key=lambda r: order[r["measure"]]),
+        "generation": [
+            r
+            for r in generation
+            if r["scope"] == "overall"
+            and r["scope_value"] == "answerable"
+            and r["metric"] in HEADLINE_GENERATION
+        ],
+        "no_answer": [
+            r
+            for r in generation
+            if r["metric"] in NO_ANSWER
+            and (
+                (r["scope"] == "stratum" and r["scope_value"] != "answerable")
+                or (r["scope"] == "overall" and r["scope_value"] == "no_answer")
+            )
+        ],
+        "sufficiency_correctness": _rows(connection, "sufficiency", scope),
+        "recommended_threshold": sweep[0] if sweep else None,
+        "judge_calibration": calibration[0] if calibration else None,
+    }
+
+
+def _figure(row: dict, key: str) -> str:
+    value = row.get("value")
+    if value is None:
+        why = WHY_NOT_MEASURED.get(row[key])
+        return f"  {row[key]:<28} not measured" + (f" ({why})" if why else "")
+    interval = ""
+    if row.get("ci_low") is not None:
+        interval = f"  95% CI {row['ci_low']:.3f} to {row['ci_high']:.3f}"
+    return f"  {row[key]:<28} {value:.4f}{interval}  (n={row['n']})"
+
+
+def _in_order(rows: list[dict], key: str, names: tuple[str, ...]) -> list[dict]:
+    """The rows of ``names`` in order, a row without a value standing in for each one missing."""
+    found = {row[key]: row for row in rows}
+    return [found.get(name, {key: name, "value": None}) for name in names]
+
+
+def format_summary(
+    headline: dict, *, warehouse: str | None = None, report: str | None = None
+) -> str:
+    """The readable summary ``make nightly`` prints."""
+    lines = [f"Evaluation run {headline['eval_run_id']} (night {headline['partition_date']})"]
+    if headline.get("status") != "complete":
+        reason = f": {headline['status_reason']}" if headline.get("status_reason") else ""
+        lines.append(
+            f"  INCOMPLETE: this run is {headline.get('status')}{reason}; its figures, if any, "
+            "are not a finished night"
+        )
+    lines += [
+        f"  suite             {headline.get('suite')}",
+        f"  corpus snapshot   {headline['snapshot_id']}  digest {headline['corpus_digest']}",
+        f"  golden set        {headline['golden_set']}  digest {headline['golden_digest']}",
+        f"  system            {headline['system_id']}  config {headline['system_config_digest'][:12]}",
+        f"  judge             {headline['judge_id']}",
+        "",
+        "Retrieval (answerable items, relevant = grade >= 2):",
+        *(
+            _figure(r, "measure")
+            for r in _in_order(headline["retrieval"], "measure", HEADLINE_RETRIEVAL)
+        ),
+        "",
+        "Generation (answerable items):",
+        *(
+            _figure(r, "metric")
+            for r in _in_order(headline["generation"], "metric", HEADLINE_GENERATION)
+        ),
+        "",
+        "No-answer items (reported apart, never in the headline):",
+        *(
+            _figure({**r, "label": f"{r['scope_value']}: {r['metric']}"}, "label")
+            for r in headline["no_answer"]
+        ),
+        "",
+        "Context sufficient x answer correct (answerable items):",
+        *(
+            f"  sufficient={c['context_sufficient']!s:<5}  correct={c['answer_correct']!s:<5}  {c['count']}"
+            for c in headline["sufficiency_correctness"]
+        ),
+    ]
+    threshold = headline.get("recommended_threshold")
+    if threshold:
+        lines += [
+            "",
+            f"Abstention sweep: recommended evidence threshold {threshold['threshold']:.3f} "
+            f"({threshold['unanswerable_answered']} unanswerable answered, "
+            f"{threshold['answerable_refused']} answerable refused)",
+        ]
+    calibration = headline.get("judge_calibration")
+    if calibration:
+        lines += ["", f"Judge calibration: {calibration['reason']}"]
+    where = []
+    if warehouse:
+        where.append(f"  warehouse  {warehouse}")
+    report = report or headline.get("report_path")
+    if report:
+        where.append(f"  report     {report}")
+    if where:
+        lines += ["", "Where to look:", *where]
+    return "\n".join(lines)
+
+
+def summary_markdown(headline: dict) -> str:
+    """The same summary as markdown for the asset page in the UI."""
+    return "```\n" + format_summary(headline) + "\n```"

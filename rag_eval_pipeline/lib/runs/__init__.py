@@ -1,0 +1,1 @@
+"""Evaluation runs: the run record and its identity, the registry, baselines, gates, the guard."""

@@ -1,0 +1,152 @@
+"""Baselines: which run each suite is compared against, and the recorded decisions.
+
+A baseline is accepted explicitly and recorded in ``baseline_decisions`` (the only writer is this
+module): the first completed run of a suite (``first_run``), a re-baseline run made after a corpus
+change (``rebaseline``, with who asked and why), or a decision by hand (``decision``). The current
+baseline of a suite is its latest decision. Only complete runs can be accepted.
+"""
+
+from dataclasses import dataclass
+
+import duckdb
+import polars as pl
+
+from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, compare_items
+from rag_eval_pipeline.lib.runs import registry
+from rag_eval_pipeline.lib.runs.record import comparability
+from rag_eval_pipeline.lib.store.sql import load_sql, sql_query
+from rag_eval_pipeline.lib.store.warehouse import read_frame, replace_rows
+
+DECISION_KINDS = ("first_run", "rebaseline", "decision")
+
+
+def current_baseline(connection: duckdb.DuckDBPyConnection, suite: str) -> dict | None:
+    """The ``eval_runs`` row of the suite's current baseline, or ``None`` before the first."""
+    decisions = read_frame(connection, sql_query("baselines", "current"), {"suite": suite})
+    if not decisions.height:
+        return None
+    return registry.run_row(connection, decisions["eval_run_id"][0])
+
+
+def accept_baseline(
+    connection: duckdb.DuckDBPyConnection,
+    eval_run_id: str,
+    *,
+    kind: str,
+    reason: str,
+    requested_by: str | None = None,
+) -> dict:
+    """Record a complete run as its suite's baseline and return the decision."""
+    if kind not in DECISION_KINDS:
+        raise ValueError(f"baseline decision kind {kind!r} is not one of {DECISION_KINDS}")
+    if not reason.strip():
+        raise ConfigError("a baseline decision needs a reason")
+    run = registry.run_row(connection, eval_run_id)
+    if run is None:
+        raise ConfigError(f"no evaluation run {eval_run_id!r} in the warehouse")
+    if not run["complete"]:
+        raise ConfigError(
+            f"evaluation run {eval_run_id} is {run['status']}, not complete: an incomplete run "
+            "never becomes a baseline"
+        )
+    previous = current_baseline(connection, run["suite"])
+    decision = {
+        "suite": run["suite"],
+        "golden_set": run["golden_set"],
+        "eval_run_id": eval_run_id,
+        "decided_at": registry.utc_now(),
+        "kind": kind,
+        "previous": previous["eval_run_id"] if previous else None,
+        "requested_by": requested_by,
+        "reason": reason,
+    }
+    connection.execute(sql_query("baselines", "record_decision"), decision)
+    return decision
+
+
+def item_values(connection: duckdb.DuckDBPyConnection, eval_run_id: str) -> pl.DataFrame:
+    """Per-item values of a run for paired comparison: ``item_id, metric, value``."""
+    return read_frame(connection, load_sql("comparison_item_values"), {"eval_run_id": eval_run_id})
+
+
+def compare_runs(
+    connection: duckdb.DuckDBPyConnection,
+    candidate_run_id: str,
+    baseline_run_id: str,
+    *,
+    seed: int = 20261001,
+    resamples: int = 2000,
+) -> pl.DataFrame:
+    """Paired comparison of two runs, metric by metric (see ``metrics.comparison``)."""
+    return compare_items(
+        item_values(connection, candidate_run_id),
+        item_values(connection, baseline_run_id),
+        COMPARED_METRICS,
+        seed=seed,
+        resamples=resamples,
+    )
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the summary step decided about a completed run's baseline."""
+
+    baseline: dict | None
+    is_baseline: bool
+    comparable: bool
+    reason: str
+    offset_rows: int = 0
+
+
+def settle_baseline(
+    connection: duckdb.DuckDBPyConnection, run: dict, *, seed: int = 20261001
+) -> Settled:
+    """Decide a just-completed run's baseline and record it.
+
+    - a re-baseline run (made for ``rebaseline_for``) is compared with the suite's old baseline
+      (the same system configuration on the old snapshot): the paired deltas are the offset the
+      corpus change caused, stored in ``rebaseline_offsets``; the run then becomes the baseline;
+    - the first completed run of a suite becomes its baseline;
+    - a re-run of the current baseline stays the baseline;
+    - any other run records the current baseline it is measured against, and whether they compare.
+    """
+    current = current_baseline(connection, run["suite"])
+    run_id = run["eval_run_id"]
+    if run["rebaseline_for"]:
+        if current is None or current["eval_run_id"] == run_id:
+            raise ConfigError(f"re-baseline run {run_id} has no earlier baseline")
+        offsets = compare_runs(connection, run_id, current["eval_run_id"], seed=seed).select(
+            pl.lit(run_id).alias("rebaseline_run_id"),
+            pl.lit(current["eval_run_id"]).alias("old_baseline_run_id"),
+            "metric",
+            pl.col("baseline_value").alias("old_value"),
+            pl.col("candidate_value").alias("new_value"),
+            pl.col("delta").alias("offset_value"),
+            "ci_low",
+            "ci_high",
+            pl.lit(run["rebaseline_requested_by"], dtype=pl.String).alias("requested_by"),
+            pl.lit(run["rebaseline_reason"] or "").alias("reason"),
+        )
+        replace_rows(connection, "rebaseline_offsets", offsets, {"rebaseline_run_id": run_id})
+        reason = f"re-baseline of {current['eval_run_id']} on the new snapshot"
+        registry.set_baseline_for(connection, run_id, current["eval_run_id"], False, reason)
+        accept_baseline(
+            connection,
+            run_id,
+            kind="rebaseline",
+            reason=f"re-baseline for {run['rebaseline_for']}: {run['rebaseline_reason'] or ''}",
+            requested_by=run["rebaseline_requested_by"],
+        )
+        return Settled(current, True, True, reason, offsets.height)
+    if current is None:
+        accept_baseline(connection, run_id, kind="first_run", reason="first completed run")
+        reason = f"{run_id} is the first completed run of suite {run['suite']}: its baseline"
+        registry.set_baseline_for(connection, run_id, None, None, reason)
+        return Settled(None, True, True, reason)
+    if current["eval_run_id"] == run_id:
+        reason = f"{run_id} is the baseline of suite {run['suite']}"
+        return Settled(current, True, True, reason)
+    comparable, reason = comparability(run, current)
+    registry.set_baseline_for(connection, run_id, current["eval_run_id"], comparable, reason)
+    return Settled(current, False, comparable, reason)

@@ -1,0 +1,68 @@
+"""Loading a finished evaluation run from the run store into the warehouse.
+
+The summary step is the only writer of a run's tables in the warehouse: it loads the snapshot and
+the golden set the first time their digests appear, the golden set's drift against the snapshot,
+and every table of the run, each table's rows of its scope replaced in one transaction, all in
+the warehouse's private copy that is then published at once (``store.warehouse``). A table the run
+store lacks means a step of the run never finished, and nothing is loaded.
+"""
+
+import duckdb
+
+from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.runs.record import EvalRunRecord
+from rag_eval_pipeline.lib.store.run_store import RunStore
+from rag_eval_pipeline.lib.store.sql import sql_query
+from rag_eval_pipeline.lib.store.staging import read_drift
+from rag_eval_pipeline.lib.store.tables import CORPUS_TABLES, DRIFT_TABLE, GOLDEN_TABLES, RUN_TABLES
+from rag_eval_pipeline.lib.store.warehouse import replace_rows
+
+
+class IncompleteRunError(RagEvalError):
+    """A run whose steps did not all write their tables."""
+
+
+def _loaded(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict) -> bool:
+    return bool(connection.execute(sql_query("load", query), parameters).fetchone()[0])
+
+
+def load_run(
+    connection: duckdb.DuckDBPyConnection, store: RunStore, record: EvalRunRecord
+) -> dict[str, int]:
+    """Load the run's inputs and tables (module docstring); returns rows loaded per table."""
+    run_dir = store.run_dir(record.eval_run_id)
+    missing = [table for table in RUN_TABLES if not store.has_table(run_dir, table)]
+    if missing:
+        raise IncompleteRunError(
+            f"{run_dir}: evaluation run {record.eval_run_id} lacks {', '.join(missing)}: "
+            "its steps did not all finish; nothing was loaded"
+        )
+    counts: dict[str, int] = {}
+    corpus_scope = {"corpus_digest": record.corpus_digest}
+    if not _loaded(connection, "corpus_loaded", corpus_scope):
+        corpus_dir = store.corpus_dir(record.corpus_digest)
+        for table in CORPUS_TABLES:
+            counts[table] = replace_rows(
+                connection, table, store.read_table(corpus_dir, table), corpus_scope
+            )
+    golden_scope = {"golden_digest": record.golden_digest}
+    if not _loaded(connection, "golden_loaded", golden_scope):
+        golden_dir = store.golden_dir(record.golden_digest)
+        for table in GOLDEN_TABLES:
+            counts[table] = replace_rows(
+                connection, table, store.read_table(golden_dir, table), golden_scope
+            )
+    counts[DRIFT_TABLE] = replace_rows(
+        connection,
+        DRIFT_TABLE,
+        read_drift(store, record.golden_digest, record.corpus_digest),
+        {**golden_scope, **corpus_scope},
+    )
+    for table in RUN_TABLES:
+        counts[table] = replace_rows(
+            connection,
+            table,
+            store.read_table(run_dir, table),
+            {"eval_run_id": record.eval_run_id},
+        )
+    return counts

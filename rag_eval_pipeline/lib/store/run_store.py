@@ -1,0 +1,98 @@
+"""The run store: what the steps of an evaluation run write, as Parquet, before the warehouse.
+
+The per-item steps (retrieval, generation, judging) and the metric steps never open the warehouse
+for writing: they write Parquet here, and the summary step alone loads a finished run into the
+warehouse. The store's root is a path or an fsspec URL (``universal_pathlib``): local disk on one
+machine, object storage when the steps run on several.
+
+Layout (content-addressed where the content is)::
+
+    <root>/corpus/<corpus_digest>/<table>/part-0000.parquet      corpus_snapshots, corpus_passages, ...
+    <root>/golden/<golden_digest>/<table>/part-0000.parquet      golden_items, golden_gold
+    <root>/golden/<golden_digest>/golden_drift/<corpus_digest>.parquet
+    <root>/runs/<eval_run_id>/run.json                           the run record
+    <root>/runs/<eval_run_id>/<table>/<part>.parquet             retrieval_results, ...
+
+Every file is shaped by its warehouse table's schema (``tables.conform``) and written to a
+temporary name, then renamed, so a reader never sees half a file; writing a part again replaces
+only that part.
+"""
+
+import json
+import uuid
+from pathlib import Path
+
+import polars as pl
+from upath import UPath
+
+from rag_eval_pipeline.lib.store.tables import conform, empty
+
+DEFAULT_PART = "part-0000"
+
+
+class RunStore:
+    """Parquet tables of snapshots, golden sets and evaluation runs under one root."""
+
+    def __init__(self, root: str | Path | UPath):
+        self.root = UPath(root)
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.root)!r})"
+
+    def corpus_dir(self, corpus_digest: str) -> UPath:
+        return self.root / "corpus" / corpus_digest
+
+    def golden_dir(self, golden_digest: str) -> UPath:
+        return self.root / "golden" / golden_digest
+
+    def run_dir(self, eval_run_id: str) -> UPath:
+        return self.root / "runs" / eval_run_id
+
+    def write_table(
+        self, folder: UPath, table: str, frame: pl.DataFrame, part: str = DEFAULT_PART
+    ) -> UPath:
+        """Write ``frame`` (conformed to ``table``) as ``<folder>/<table>/<part>.parquet``."""
+        target = folder / table / f"{part}.parquet"
+        self._write_bytes_atomically(target, conform(frame, table))
+        return target
+
+    def _write_bytes_atomically(self, target: UPath, frame: pl.DataFrame) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        with temporary.open("wb") as handle:
+            frame.write_parquet(handle, statistics=True)
+        temporary.rename(target)
+
+    def parts(self, folder: UPath, table: str) -> list[UPath]:
+        directory = folder / table
+        if not directory.exists():
+            return []
+        return sorted(
+            (p for p in directory.iterdir() if p.name.endswith(".parquet")), key=lambda p: p.name
+        )
+
+    def has_table(self, folder: UPath, table: str) -> bool:
+        return bool(self.parts(folder, table))
+
+    def read_table(self, folder: UPath, table: str) -> pl.DataFrame:
+        """Every part of ``<folder>/<table>`` as one frame (empty, with the schema, when none)."""
+        frames = []
+        for part in self.parts(folder, table):
+            with part.open("rb") as handle:
+                frames.append(pl.read_parquet(handle))
+        if not frames:
+            return empty(table)
+        return conform(pl.concat(frames, how="vertical_relaxed"), table)
+
+    def remove_table(self, folder: UPath, table: str) -> None:
+        for part in self.parts(folder, table):
+            part.unlink()
+
+    def write_json(self, target: UPath, document: dict) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        temporary.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+        temporary.rename(target)
+
+    def read_json(self, target: UPath) -> dict | None:
+        return json.loads(target.read_text()) if target.exists() else None

@@ -1,0 +1,147 @@
+"""The DuckDB warehouse: one published file that readers open, written privately, published atomically.
+
+Analysts and auditors open the warehouse file with the DuckDB CLI for as long as they like. DuckDB
+lets one process write a file and refuses other processes while it does (a read-only session held
+open makes a writer fail on the lock, and the other way round), so nothing ever writes the
+published file in place:
+
+1. a writer takes the publish lock (``<file>.lock``, so writers queue instead of losing each
+   other's rows),
+2. copies the published file to a private working file beside it,
+3. writes there (schema, migrations, its rows; each table's rows of one scope replaced in one
+   transaction),
+4. checkpoints and closes it, and renames it over the published path.
+
+A reader opens the published file read-only and sees the state before or after a write, never a
+part of one; a session held open keeps reading the state it opened, and sees new runs when it
+reconnects. A failed write leaves the published file as it was.
+
+Writes replace the rows of one scope (an ``eval_run_id`` or a digest), so re-running a partition
+replaces that run's rows and nothing else.
+"""
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import polars as pl
+from filelock import FileLock
+
+from rag_eval_pipeline.lib.store.sql import query_frame, sql_query, sql_statements
+from rag_eval_pipeline.lib.store.tables import SCOPE_COLUMNS, TABLES, VIEWS, conform
+
+LOCK_TIMEOUT_S = 1800.0
+
+
+def _config(path: Path) -> dict:
+    # Never let DuckDB reach for ~/.duckdb or the network for extensions.
+    return {"extension_directory": str(path.parent / ".duckdb_extensions")}
+
+
+def upgrade(connection: duckdb.DuckDBPyConnection) -> None:
+    """Create the tables, upgrade a warehouse written by an earlier version, create the views."""
+    for statement in sql_statements("schema"):
+        connection.execute(statement)
+    if connection.sql(sql_query("migrations", "legacy_eval_runs_is_a_table")).fetchall()[0][0]:
+        for step in ("legacy_records", "legacy_baselines", "legacy_drop"):
+            connection.execute(sql_query("migrations", step))
+    for step in ("decision_suite_column", "decision_suite_value", "optional_outcomes"):
+        connection.execute(sql_query("migrations", step))
+    for statement in sql_statements("views"):
+        connection.execute(statement)
+
+
+class Warehouse:
+    """The published warehouse file and how to read and write it (module docstring)."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    @contextmanager
+    def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to the published warehouse (created empty if there is none)."""
+        if not self.exists():
+            with self.writing():
+                pass
+        connection = duckdb.connect(str(self.path), read_only=True, config=_config(self.path))
+        try:
+            yield connection
+        finally:
+            connection.close()
+
+    @contextmanager
+    def writing(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to a private copy, published atomically when the block ends without error."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
+            working = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+            try:
+                if self.exists():
+                    shutil.copyfile(self.path, working)
+                connection = duckdb.connect(str(working), config=_config(self.path))
+                try:
+                    upgrade(connection)
+                    yield connection
+                    connection.execute("CHECKPOINT")
+                finally:
+                    connection.close()
+                with working.open("rb") as handle:
+                    os.fsync(handle.fileno())
+                os.replace(working, self.path)
+            finally:
+                for leftover in (working, working.with_name(working.name + ".wal")):
+                    leftover.unlink(missing_ok=True)
+
+
+def replace_rows(
+    connection: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, scope: dict[str, str]
+) -> int:
+    """Delete the rows of ``table`` matching ``scope`` and insert ``frame``, in one transaction.
+
+    The table name comes from the fixed list of contract tables (identifiers cannot be bound);
+    the scope values are bound parameters.
+    """
+    if table not in TABLES:
+        raise ValueError(f"unknown warehouse table {table!r}")
+    if not scope or not set(scope) <= SCOPE_COLUMNS:
+        raise ValueError(f"scope must use only {sorted(SCOPE_COLUMNS)}, got {sorted(scope)}")
+    rows = conform(frame, table)
+    where = " AND ".join(f"{column} = ${column}" for column in scope)
+    connection.execute("BEGIN TRANSACTION")
+    try:
+        connection.execute(f'DELETE FROM "{table}" WHERE {where}', scope)
+        if rows.height:
+            connection.register("incoming_rows", rows.to_arrow())
+            connection.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM incoming_rows')
+            connection.unregister("incoming_rows")
+        connection.execute("COMMIT")
+    except Exception:
+        connection.execute("ROLLBACK")
+        raise
+    return rows.height
+
+
+def read_frame(
+    connection: duckdb.DuckDBPyConnection, query: str, parameters: dict | None = None
+) -> pl.DataFrame:
+    """A query's result as a Polars frame (parameters bound, never formatted in)."""
+    return query_frame(connection, query, parameters)
+
+
+def table_counts(connection: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Row count of every contract table and view."""
+    return {
+        table: connection.sql(f'SELECT count(*) FROM "{table}"').fetchall()[0][0]
+        for table in (*TABLES, *VIEWS)
+    }

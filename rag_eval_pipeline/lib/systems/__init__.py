@@ -1,0 +1,1 @@
+"""The system under test: the batch protocol, the reference system, replay, the HTTP client."""

@@ -1,0 +1,127 @@
+"""Replay of recorded traces as the system under test (format in ``inputs.traces``,
+``docs/TRACES.md``): what the recorded assistant did, measured by the same graph and tables.
+
+Its configuration is the trace file's name and SHA-256 digest, so replaying two different trace
+files gives two different evaluation runs, and replaying the same file twice gives the same run.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from rag_eval_pipeline.lib.inputs.traces import (
+    TraceError,
+    load_traces,
+    trace_file_digest,
+    trace_location,
+)
+from rag_eval_pipeline.lib.systems.protocol import Hit, Query, Response
+
+
+class ReplaySystem:
+    """Replay of recorded traces (format in ``inputs.traces`` and ``docs/TRACES.md``).
+
+    ``retrieve_batch`` returns each trace's retrieved passages (rank order, first ``k``);
+    ``respond_batch`` returns the trace's answer, citations, refusal and the context *as sent*, whatever hits and
+    ``context_k`` it is given, so a replay measures what the recorded system did. The best score
+    is the highest retrieved score of the trace.
+
+    A question is found by ``item_id`` when the caller passes one and the trace file has it,
+    otherwise by its exact text. The pipeline asks in golden-set line order, so when several
+    traces share a question text they are served in file order, one per request, separately
+    for retrieval and for answers (and round again on a second pass). A question without a
+    trace is an error naming the trace file. With ``passages`` given, every passage id a trace
+    mentions must be in them (a trace recorded on another corpus state fails naming its line).
+    """
+
+    system_id = "replay"
+
+    def __init__(self, path: Path | str, passages: pl.DataFrame | None = None):
+        self.path = Path(path)
+        self.traces = load_traces(self.path)
+        self.trace_digest = trace_file_digest(self.path)
+        if passages is not None:
+            self._check_passages(set(passages["passage_id"].to_list()))
+        self._rows = self.traces.to_dicts()
+        self._by_item = {row["item_id"]: row for row in self._rows if row["item_id"]}
+        self._by_question: dict[str, list[dict]] = {}
+        for row in self._rows:
+            self._by_question.setdefault(row["question"], []).append(row)
+        self._served: dict[tuple[str, str], int] = {}
+
+    @staticmethod
+    def config_of(path: Path | str) -> dict:
+        """The configuration that identifies a replay: the trace file's name and digest."""
+        return {
+            "system_id": ReplaySystem.system_id,
+            "trace_file": Path(path).name,
+            "trace_digest": trace_file_digest(path),
+        }
+
+    def config(self) -> dict:
+        return {
+            "system_id": self.system_id,
+            "trace_file": self.path.name,
+            "trace_digest": self.trace_digest,
+        }
+
+    def _check_passages(self, known: set[str]) -> None:
+        mentioned = self.traces.select(
+            "line",
+            pl.concat_list(
+                pl.col("retrieved").list.eval(pl.element().struct.field("passage_id")),
+                "context_ids",
+                "cited_ids",
+            ).alias("passage_id"),
+        ).explode("passage_id")
+        unknown = mentioned.filter(
+            pl.col("passage_id").is_not_null() & ~pl.col("passage_id").is_in(list(known))
+        )
+        if unknown.height:
+            line, passage = unknown.row(0)
+            raise TraceError(
+                f"{trace_location(self.path, line)}: passage {passage!r} is not in the corpus snapshot "
+                f"({unknown['passage_id'].n_unique()} unknown passage id(s) in all)"
+            )
+
+    def _trace(self, question: str, item_id: str | None, purpose: str) -> dict:
+        if item_id is not None and item_id in self._by_item:
+            return self._by_item[item_id]
+        candidates = self._by_question.get(question)
+        if not candidates:
+            shown = f"item {item_id!r}" if item_id is not None else f"question {question!r}"
+            raise TraceError(f"{self.path}: no trace for {shown}")
+        served = self._served.get((purpose, question), 0)
+        self._served[(purpose, question)] = served + 1
+        return candidates[served % len(candidates)]
+
+    def retrieve_batch(self, queries: Sequence[Query], k: int) -> list[list[Hit]]:
+        """The first ``k`` recorded hits of each query's trace, in rank order."""
+        hits = []
+        for query in queries:
+            trace = self._trace(query.question, query.item_id, "retrieve")
+            hits.append(
+                [Hit(h["passage_id"], h["score"], h["rank"]) for h in trace["retrieved"][:k]]
+            )
+        return hits
+
+    def respond_batch(
+        self, queries: Sequence[Query], hits: Sequence[Sequence[Hit]], context_k: int
+    ) -> list[Response]:
+        """The recorded answer or refusal of each query, with the context ids as sent (the hits
+        and ``context_k`` the pipeline passes are not used: a replay measures what was done)."""
+        responses = []
+        for query in queries:
+            trace = self._trace(query.question, query.item_id, "respond")
+            responses.append(
+                Response(
+                    refused=trace["refused"],
+                    refusal_reason=trace["refusal_reason"],
+                    answer=trace["answer"],
+                    cited_ids=tuple(trace["cited_ids"]),
+                    context_ids=tuple(trace["context_ids"]),
+                    best_score=max((h["score"] for h in trace["retrieved"]), default=None),
+                )
+            )
+        return responses

@@ -1,0 +1,77 @@
+"""Running the system under test over a batch of golden items: rows for the run's tables.
+
+Both functions take and return frames; the batch goes to the system in one call, so a system
+that batches (one BM25 call for every question, concurrent HTTP requests) can.
+"""
+
+import polars as pl
+
+from rag_eval_pipeline.lib.store.tables import row_schema
+from rag_eval_pipeline.lib.systems.protocol import Hit, Query, SystemUnderTest
+
+
+def queries_of(items: pl.DataFrame) -> list[Query]:
+    """The golden items (``item_id, question, language``) as the system is asked them."""
+    return [
+        Query(item_id, question, language)
+        for item_id, question, language in items.select("item_id", "question", "language").rows()
+    ]
+
+
+def retrieval_results(
+    system: SystemUnderTest, items: pl.DataFrame, passages: pl.DataFrame, depth: int
+) -> pl.DataFrame:
+    """``item_id, rank, passage_id, score, status``: the top ``depth`` for every item, each
+    passage with its version status in the snapshot (null for an id the snapshot lacks)."""
+    hits = system.retrieve_batch(queries_of(items), depth)
+    rows = [
+        {"item_id": item_id, "rank": hit.rank, "passage_id": hit.passage_id, "score": hit.score}
+        for item_id, item_hits in zip(items["item_id"], hits, strict=True)
+        for hit in item_hits
+    ]
+    schema = row_schema("retrieval_results", without=("eval_run_id", "status"))
+    return pl.DataFrame(rows, schema=schema).join(
+        passages.select("passage_id", "status"), on="passage_id", how="left"
+    )
+
+
+def generation_results(
+    system: SystemUnderTest, items: pl.DataFrame, retrieved: pl.DataFrame, context_k: int
+) -> pl.DataFrame:
+    """One row per item: refused, reason, answer, cited ids, context ids as sent, citation
+    validity and the best retrieval score.
+
+    Citation validity (an answer cites at least one id, and only ids in the context sent) is
+    measured here, independently of the system's own citation check, so a system that skips its
+    check is still caught; it is null for a refusal.
+    """
+    by_item: dict[str, list[Hit]] = {}
+    for item_id, passage_id, score, rank in (
+        retrieved.sort("item_id", "rank").select("item_id", "passage_id", "score", "rank").rows()
+    ):
+        by_item.setdefault(item_id, []).append(Hit(passage_id, score, rank))
+    queries = queries_of(items)
+    responses = system.respond_batch(
+        queries, [by_item.get(query.item_id, []) for query in queries], context_k
+    )
+    rows = []
+    for query, response in zip(queries, responses, strict=True):
+        answered = not response.refused
+        rows.append(
+            {
+                "item_id": query.item_id,
+                "refused": response.refused,
+                "refusal_reason": response.refusal_reason,
+                "answer": response.answer,
+                "cited_ids": list(response.cited_ids),
+                "context_ids": list(response.context_ids),
+                "citation_valid": (
+                    bool(response.cited_ids)
+                    and set(response.cited_ids) <= set(response.context_ids)
+                )
+                if answered
+                else None,
+                "best_score": response.best_score,
+            }
+        )
+    return pl.DataFrame(rows, schema=row_schema("generation_results"))

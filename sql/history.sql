@@ -1,0 +1,22 @@
+-- A metric night by night for one suite (rag-eval history). Incomplete runs are listed with no
+-- figure. Parameters: $metric, $suite.
+
+-- name: metric_by_night
+WITH figures AS (
+    SELECT eval_run_id, value, ci_low, ci_high, n
+    FROM retrieval_metrics
+    WHERE scope = 'overall' AND measure = $metric
+    UNION ALL
+    SELECT eval_run_id, value, ci_low, ci_high, n
+    FROM generation_metrics
+    WHERE scope = 'overall' AND scope_value = 'answerable' AND metric = $metric
+)
+SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest, r.is_baseline,
+       r.rebaseline_for, r.status, f.value, f.ci_low, f.ci_high, f.n
+FROM eval_runs AS r
+LEFT JOIN figures AS f ON f.eval_run_id = r.eval_run_id AND r.complete
+WHERE r.suite = $suite AND (f.eval_run_id IS NOT NULL OR NOT r.complete)
+ORDER BY r.partition_date, r.started_at, r.eval_run_id
+
+-- name: suites
+SELECT DISTINCT suite FROM eval_runs ORDER BY suite

@@ -1,0 +1,41 @@
+-- The evaluation-run record (eval_run_records) and what a run is measured against
+-- (run_baselines). Written only by lib/runs/registry.py.
+
+-- name: complete
+UPDATE eval_run_records
+SET status = 'complete', status_reason = NULL, completed_at = $completed_at, headline = $headline,
+    report_path = $report_path
+WHERE eval_run_id = $eval_run_id
+
+-- name: fail
+-- A run that did not finish: never shown as finished, never a baseline.
+UPDATE eval_run_records
+SET status = 'failed', status_reason = $reason, completed_at = NULL
+WHERE eval_run_id = $eval_run_id AND status <> 'complete'
+
+-- name: run
+SELECT * FROM eval_runs WHERE eval_run_id = $eval_run_id
+
+-- name: latest_complete
+SELECT eval_run_id FROM eval_runs
+WHERE complete AND ($suite IS NULL OR suite = $suite)
+ORDER BY completed_at DESC
+LIMIT 1
+
+-- name: latest_complete_of_partition
+-- The run a comparison of one night's partition is about (re-baseline runs excluded).
+SELECT eval_run_id FROM eval_runs
+WHERE partition_date = $night AND suite = $suite AND complete AND rebaseline_for IS NULL
+ORDER BY completed_at DESC
+LIMIT 1
+
+-- name: set_baseline_for
+INSERT OR REPLACE INTO run_baselines
+VALUES ($eval_run_id, $baseline_run_id, $comparable, $reason, $decided_at)
+
+-- name: comparison_rows
+SELECT baseline_run_id, metric, candidate_value, baseline_value, delta, ci_low, ci_high,
+       p_value, test, n, comparable, reason
+FROM run_comparisons
+WHERE candidate_run_id = $run
+ORDER BY metric
