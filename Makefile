@@ -26,7 +26,7 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 install: $(VENV)/.synced $(DAGSTER_HOME)/dagster.yaml
 
 nightly: install
-	$(VENV)/bin/rag-eval nightly $(if $(PARTITION),--partition $(PARTITION))
+	$(VENV)/bin/rag-eval nightly $(if $(SUITE),--suite $(SUITE)) $(if $(PARTITION),--partition $(PARTITION))
 
 test: install
 	$(VENV)/bin/pytest

@@ -2,13 +2,17 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
+import duckdb
 import pytest
 import yaml
+from dagster._core.instance.ref import InstanceRef
 
 from .conftest import fixture_suites
 
@@ -177,3 +181,101 @@ def test_import_rejects_bad_beir_input(tmp_path):
     assert "corpus.jsonl:2" in completed.stderr
     assert not (tmp_path / "suites" / "beir-bad.yaml").exists()
     assert not (tmp_path / "s" / "2026-01-01").exists() and not (tmp_path / "g.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["nightly", "--partition", "2026-13-45"], "'2026-13-45' is not a date (YYYY-MM-DD)"),
+        (["nightly", "--config", "no/such/run.yaml"], "no/such/run.yaml: run configuration file"),
+        (["nightly", "--suite", "no-such-suite"], "no suite named 'no-such-suite'"),
+        (["nightly", "--suite", "Bad Name"], "--suite 'Bad Name': use lowercase letters"),
+        (["summary", "2026-10-15-000000000000"], "no evaluation run '2026-10-15-000000000000'"),
+        (["compare", "a-run", "b-run"], "no evaluation run 'a-run'"),
+        (["export-run", "no-run", "out.trec"], "no retrieval results for run 'no-run'"),
+        (["accept-baseline", "no-run", "--reason", "x"], "no evaluation run 'no-run'"),
+        (["evaluate-run", "missing-qrels", "missing-run"], "missing-qrels"),
+        (["evaluate-run", "q", "r", "-m", "MRR@5"], "unknown measure 'MRR@5'"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_every_bad_argument_is_one_error_line(tmp_path, arguments, message):
+    warehouse = tmp_path / "w.duckdb"
+    if arguments[0] in ("summary", "compare", "export-run", "accept-baseline"):
+        env = {"RAG_EVAL_WAREHOUSE": str(warehouse)}
+        from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+        with Warehouse(warehouse).writing():
+            pass
+    else:
+        env = {"RAG_EVAL_WAREHOUSE": str(warehouse), "DAGSTER_HOME": str(tmp_path / "home")}
+    completed = rag_eval(*arguments, env=env)
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith("error: ") and message in lines[0]
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_bare_nightly_is_recorded_in_the_project_instance(library, tmp_path):
+    """Without DAGSTER_HOME the CLI uses the project's .dagster_home, the instance `make ui`
+    shows, so the eval_runs row's dagster_run_id names a run an auditor can open."""
+    project = tmp_path / "project"
+    project.mkdir()
+    env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"} | {
+        "RAG_EVAL_PROJECT_DIR": str(project),
+        "RAG_EVAL_SUITES": str(fixture_suites(library)),
+        "RAG_EVAL_WAREHOUSE": str(project / "warehouse" / "rag_eval.duckdb"),
+        "RAG_EVAL_GATES": str(ROOT / "rag_eval_pipeline_tests" / "fixtures" / "gates.yaml"),
+    }
+    completed = subprocess.run(
+        [RAG_EVAL, "nightly", "--suite", "golden", "--partition", "2026-10-15"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    # A line per finished step with its time, and where the results are.
+    assert re.search(r"^  retrieval_run\s+\d+\.\d\d s$", completed.stderr, re.MULTILINE)
+    assert "warehouse  " + str(project / "warehouse" / "rag_eval.duckdb") in completed.stdout
+    assert "report     " + str(project / "warehouse" / "reports") in completed.stdout
+    with duckdb.connect(str(project / "warehouse" / "rag_eval.duckdb"), read_only=True) as db:
+        [(eval_run_id, dagster_run_id)] = db.sql(
+            "SELECT eval_run_id, dagster_run_id FROM eval_runs"
+        ).fetchall()
+    home = project / ".dagster_home"
+    assert (home / "dagster.yaml").is_file()
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        run = instance.get_run_by_id(dagster_run_id)
+        assert run is not None and run.job_name == "nightly_eval"
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        assert run.tags["rag_eval/eval_run_id"] == eval_run_id
+        assert run.tags["dagster/partition"] == "2026-10-15|golden"
+
+
+def test_an_incomplete_run_says_so_and_exits_non_zero(library, tmp_path):
+    from rag_eval_pipeline.lib.runs import registry
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+    warehouse = tmp_path / "w.duckdb"
+    from rag_eval_pipeline.testing import materialize_suite
+
+    from .conftest import NIGHT, SUITE, fixture_assets, fixture_resources
+
+    result = materialize_suite(
+        NIGHT, SUITE, fixture_resources(library, warehouse), assets=fixture_assets()
+    )
+    run_id = result.output_for_node("retrieval_run")["eval_run_id"]
+    with Warehouse(warehouse).writing() as connection:
+        connection.execute(
+            "UPDATE eval_run_records SET status = 'started' WHERE eval_run_id = $run",
+            {"run": run_id},
+        )
+        registry.fail_run(connection, run_id, "killed during eval_summary")
+    completed = rag_eval("summary", run_id, env={"RAG_EVAL_WAREHOUSE": str(warehouse)})
+    assert completed.returncode == 1
+    assert "INCOMPLETE: this run is failed: killed during eval_summary" in completed.stdout
+    latest = rag_eval("summary", env={"RAG_EVAL_WAREHOUSE": str(warehouse)})
+    assert latest.returncode == 2 and "no completed evaluation run" in latest.stderr

@@ -1,0 +1,156 @@
+"""Run identity and provenance: every setting that can change a figure makes a run of its own,
+suites never share a materialization or a baseline, a re-run never clobbers a baseline, and a
+failing gate fails the Dagster run after every table is written."""
+
+import shutil
+
+import dagster as dg
+import duckdb
+import pytest
+
+from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.runs.record import RunSettings
+from rag_eval_pipeline.lib.store.tables import RUN_TABLES
+from rag_eval_pipeline.testing import (
+    evaluation_assets,
+    evaluation_resources,
+    materialize_suite,
+    write_suite_file,
+)
+
+from .conftest import NIGHT, SUITE, fixture_assets, fixture_resources, fixture_suites
+
+
+def rows(path, query, parameters=None):
+    with duckdb.connect(str(path), read_only=True) as connection:
+        return connection.sql(query, params=parameters).fetchall()
+
+
+def night(library, warehouse, instance, **settings):
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse, **settings),
+        instance=instance,
+        assets=fixture_assets(),
+    )
+    assert result.success
+    return result.output_for_node("retrieval_run")["eval_run_id"]
+
+
+def test_two_context_sizes_on_one_night_are_two_runs(library, tmp_path):
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    # The fixture retrieves at most three passages for a question: contexts of 1 and 3 differ.
+    one = night(library, warehouse, instance, context_k=1)
+    three = night(library, warehouse, instance, context_k=3)
+    assert one != three
+    stored = dict(
+        rows(warehouse, "SELECT eval_run_id, settings FROM eval_runs ORDER BY eval_run_id")
+    )
+    assert set(stored) == {one, three}
+    assert '"context_k": 1' in stored[one] and '"context_k": 3' in stored[three]
+    # Both runs keep their rows: the second did not replace the first.
+    counts = dict(
+        rows(warehouse, "SELECT eval_run_id, count(*) FROM generation_results GROUP BY 1")
+    )
+    assert counts[one] == counts[three] == 6
+    contexts = dict(
+        rows(
+            warehouse,
+            "SELECT eval_run_id, max(len(context_ids)) FROM generation_results GROUP BY 1",
+        )
+    )
+    assert contexts[one] == 1 < contexts[three] == 3
+
+
+@pytest.mark.parametrize(
+    "setting", ["retrieval_depth", "cutoffs", "rel_level", "seed", "judge_sample_size"]
+)
+def test_every_setting_that_changes_a_figure_changes_the_id(setting):
+    changed = {
+        "retrieval_depth": {"retrieval_depth": 30},
+        "cutoffs": {"cutoffs": (1, 5)},
+        "rel_level": {"rel_level": 3},
+        "seed": {"seed": 7},
+        "judge_sample_size": {"judge_sample_size": 10},
+    }[setting]
+    assert RunSettings().digest != RunSettings(**changed).digest
+    assert RunSettings(cutoffs=(10, 1, 5, 3)).digest == RunSettings().digest
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"retrieval_depth": -5}, "setting 'retrieval_depth' must be from 1"),
+        ({"context_k": 0}, "setting 'context_k' must be from 1 to 20, got 0"),
+        ({"cutoffs": ()}, "setting 'cutoffs' must list at least one cut-off"),
+        ({"cutoffs": (5, 0)}, "setting 'cutoffs' must be from 1 to 20, got 0"),
+        ({"rel_level": 5}, "setting 'rel_level' must be from 1 to 3, got 5"),
+    ],
+)
+def test_settings_that_would_silently_change_figures_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        RunSettings(**settings)
+
+
+def test_two_suites_on_one_night_keep_their_materializations_and_baselines(library, tmp_path):
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    registry = fixture_suites(library)
+    other = tmp_path / "other"
+    shutil.copytree(library, other)
+    write_suite_file(registry, "other", golden_set=other / "golden.jsonl", corpus_root=other)
+    resources = evaluation_resources(suites=registry, warehouse=warehouse)
+    for suite in (SUITE, "other"):
+        assert materialize_suite(
+            NIGHT, suite, resources, instance=instance, assets=fixture_assets()
+        ).success
+    events = instance.fetch_materializations(dg.AssetKey("golden_set"), limit=10).records
+    partitions = sorted(record.partition_key for record in events)
+    assert partitions == [f"{NIGHT}|golden", f"{NIGHT}|other"]
+    baselines = rows(warehouse, "SELECT suite, eval_run_id FROM baseline_decisions ORDER BY suite")
+    assert [suite for suite, _ in baselines] == ["golden", "other"]
+    assert baselines[0][1] != baselines[1][1]
+    assert rows(warehouse, "SELECT count(*) FROM eval_runs WHERE is_current_baseline") == [(2,)]
+
+
+def test_rerunning_the_baseline_keeps_it_the_baseline(library, tmp_path):
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    first = night(library, warehouse, instance)
+    again = night(library, warehouse, instance)
+    assert again == first
+    assert rows(
+        warehouse, "SELECT eval_run_id, is_baseline, is_current_baseline, status FROM eval_runs"
+    ) == [(first, True, True, "complete")]
+    assert rows(warehouse, "SELECT kind FROM baseline_decisions") == [("first_run",)]
+
+
+def test_a_failing_gate_fails_the_dagster_run_and_writes_every_table(library, tmp_path):
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "version: 1\ngates:\n"
+        "  - name: impossible_recall\n    table: retrieval_metrics\n    metric: R@1\n"
+        "    statistic: value\n    op: '>='\n    threshold: 1.01\n"
+    )
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse),
+        instance=instance,
+        assets=evaluation_assets(gates),
+    )
+    assert not result.success
+    assert instance.get_run_by_id(result.run_id).status == dg.DagsterRunStatus.FAILURE
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert not checks["gate_impossible_recall"].passed
+    assert checks["gate_impossible_recall"].severity == dg.AssetCheckSeverity.ERROR
+    assert result.asset_materializations_for_node("eval_summary")
+    [(run_id, status)] = rows(warehouse, "SELECT eval_run_id, status FROM eval_runs")
+    assert status == "complete"
+    for table in RUN_TABLES:
+        query = f"SELECT count(*) FROM {table} WHERE eval_run_id = $run"
+        assert rows(warehouse, query, {"run": run_id})[0][0] > 0, table
