@@ -13,18 +13,21 @@ BM25 (bm25s, Snowball stemming, English stop words) over the passages whose docu
 """
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-import bm25s
-import numpy as np
 import polars as pl
 import Stemmer
 
 from rag_eval_pipeline.lib.systems import guardrails
+from rag_eval_pipeline.lib.systems.bm25 import BM25Index, query_tokens
 from rag_eval_pipeline.lib.systems.protocol import ContextPassage, Hit, Query, Response
-from rag_eval_pipeline.lib.text import content_terms, sentences
+from rag_eval_pipeline.lib.text import content_terms, sentences, split_sentences, term_sets
+
+# A passage's sentences, each with its set of content terms.
+AnalysedPassage = tuple[tuple[str, frozenset[str]], ...]
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,10 @@ class ReferenceConfig:
 
 
 class ReferenceSystem:
-    """BM25 over current passages with the four guardrails above."""
+    """BM25 over current passages with the four guardrails above.
+
+    The BM25 index is built on the first retrieval, so a system built only to answer from
+    given hits (the generation step) never indexes the corpus."""
 
     system_id = "reference-bm25"
 
@@ -54,76 +60,97 @@ class ReferenceSystem:
         eligible = passages
         if self.settings.current_only:
             eligible = passages.filter(pl.col("status") == "current")
-        eligible = eligible.sort("passage_id")
-        self._ids: list[str] = eligible["passage_id"].to_list()
-        self._texts: dict[str, str] = dict(zip(self._ids, eligible["text"].to_list(), strict=True))
-        indexed = (
-            eligible.select(
-                pl.concat_str(["title", "section_title", "text"], separator="\n").alias("doc")
-            )
-            .to_series()
-            .to_list()
+        self._eligible = eligible.select("passage_id", "title", "section_title", "text").sort(
+            "passage_id"
         )
+        self._ids: list[str] = self._eligible["passage_id"].to_list()
+        self._texts: dict[str, str] = {}
         self._stemmer = Stemmer.Stemmer("english")
-        self._index = bm25s.BM25(k1=self.settings.k1, b=self.settings.b)
-        if indexed:
-            tokens = bm25s.tokenize(
-                indexed, stopwords="en", stemmer=self._stemmer, show_progress=False
-            )
-            self._index.index(tokens, show_progress=False)
+        self._index: BM25Index | None = None
 
     def config(self) -> dict:
         return {"system_id": self.system_id, **self.settings.identity()}
 
+    def index(self) -> BM25Index:
+        """The BM25 index over title, section title and text of every eligible passage."""
+        if self._index is None:
+            self._index = BM25Index.build(
+                self._eligible.select("title", "section_title", "text"),
+                k1=self.settings.k1,
+                b=self.settings.b,
+                stemmer=self._stemmer,
+            )
+        return self._index
+
+    def _text_of(self, passage_ids: set[str]) -> dict[str, str]:
+        """The texts of ``passage_ids`` (eligible passages only), kept for later answers."""
+        missing = passage_ids - self._texts.keys()
+        if missing:
+            rows = self._eligible.filter(pl.col("passage_id").is_in(sorted(missing)))
+            self._texts.update(zip(rows["passage_id"], rows["text"], strict=True))
+        return self._texts
+
     def retrieve_batch(self, queries: Sequence[Query], k: int) -> list[list[Hit]]:
-        """Top-k current passages per query in one batched BM25 call, ordered by score descending
-        then passage id descending (trec_eval's tie order); passages sharing no term with the
-        question are not returned."""
+        """Top-k current passages per query, every query scored in one batched call (as bm25s
+        scores them, ``lib.systems.bm25``), ordered by score descending then passage id
+        descending (trec_eval's tie order); passages sharing no term with the question are not
+        returned."""
         if not self._ids or not queries:
             return [[] for _ in queries]
-        depth = min(len(self._ids), k + 16)
-        query_tokens = bm25s.tokenize(
-            [query.question for query in queries],
-            stopwords="en",
-            stemmer=self._stemmer,
-            return_ids=False,
-            show_progress=False,
-        )
-        asked = [i for i, tokens in enumerate(query_tokens) if tokens]
-        results: list[list[Hit]] = [[] for _ in queries]
-        if not asked:
-            return results
-        indices, scores = self._index.retrieve(
-            [query_tokens[i] for i in asked],
-            k=depth,
-            show_progress=False,
-            n_threads=self.settings.threads,
-        )
-        for position, row in enumerate(asked):
-            pairs = [
-                (self._ids[int(i)], round(float(s), 6))
-                for i, s in zip(indices[position], scores[position], strict=True)
-                if s > 0
-            ]
-            pairs.sort(key=lambda pair: pair[0], reverse=True)
-            pairs.sort(key=lambda pair: pair[1], reverse=True)
-            results[row] = [Hit(pid, score, rank) for rank, (pid, score) in enumerate(pairs[:k], 1)]
-        return results
+        tokens = query_tokens([query.question for query in queries], self._stemmer)
+        threads = self.settings.threads or os.cpu_count() or 1
+        ranked = self.index().search(tokens, k, threads=threads)
+        return [
+            [Hit(self._ids[index], score, rank) for rank, (index, score) in enumerate(hits, 1)]
+            for hits in ranked
+        ]
 
     def respond_batch(
         self, queries: Sequence[Query], hits: Sequence[Sequence[Hit]], context_k: int
     ) -> list[Response]:
-        """The guarded answer for every query (module docstring), given its retrieved hits."""
+        """The guarded answer for every query (module docstring), given its retrieved hits.
+
+        The sentences of every context passage to answer from are analysed together first
+        (``analyse_passages``), then each answer is picked from its context as ``respond``
+        picks it."""
+        answering = [
+            not guardrails.input_check(query.question)
+            and bool(item_hits)
+            and max(h.score for h in item_hits) >= self.settings.evidence_threshold
+            for query, item_hits in zip(queries, hits, strict=True)
+        ]
+        texts = self._text_of({hit.passage_id for item in hits for hit in item[:context_k]})
+        needed = {
+            hit.passage_id
+            for answers, item_hits in zip(answering, hits, strict=True)
+            if answers
+            for hit in item_hits[:context_k]
+        }
+        asked = {
+            term
+            for query, answers in zip(queries, answering, strict=True)
+            if answers
+            for term in content_terms(query.question)
+        }
+        analysed = analyse_passages([texts[passage] for passage in sorted(needed)], asked)
         return [
-            self.respond(query.question, item_hits, context_k)
+            self.respond(query.question, item_hits, context_k, analysed)
             for query, item_hits in zip(queries, hits, strict=True)
         ]
 
-    def respond(self, question: str, hits: Sequence[Hit], context_k: int) -> Response:
-        """One guarded answer: input check, evidence check, extractive answer, citation check."""
-        context = [
-            ContextPassage(h.passage_id, self._texts[h.passage_id]) for h in hits[:context_k]
-        ]
+    def respond(
+        self,
+        question: str,
+        hits: Sequence[Hit],
+        context_k: int,
+        analysed: Mapping[str, AnalysedPassage] | None = None,
+    ) -> Response:
+        """One guarded answer: input check, evidence check, extractive answer, citation check.
+        ``analysed`` holds context passages' sentences analysed already (by text)."""
+        texts = self._texts
+        if any(h.passage_id not in texts for h in hits[:context_k]):
+            texts = self._text_of({h.passage_id for h in hits[:context_k]})
+        context = [ContextPassage(h.passage_id, texts[h.passage_id]) for h in hits[:context_k]]
         context_ids = tuple(p.passage_id for p in context)
         best = max((h.score for h in hits), default=None)
         blocked = guardrails.input_check(question)
@@ -136,6 +163,7 @@ class ReferenceSystem:
             context,
             self.settings.max_answer_sentences,
             self.settings.second_sentence_ratio,
+            analysed,
         )
         rejected = guardrails.citation_check(cited, context_ids)
         if rejected:
@@ -144,10 +172,26 @@ class ReferenceSystem:
 
 
 @lru_cache(maxsize=65536)
-def analysed_sentences(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+def analysed_sentences(text: str) -> AnalysedPassage:
     """A passage's sentences with their content terms, cached: the same passages are sent as
     context for many questions."""
     return tuple((sentence, frozenset(content_terms(sentence))) for sentence in sentences(text))
+
+
+def analyse_passages(
+    texts: Sequence[str], within: Set[str] | None = None
+) -> dict[str, AnalysedPassage]:
+    """``analysed_sentences`` of many passages at once (by text): every passage split into
+    sentences and every sentence's terms found in one batch (``text.split_sentences``,
+    ``text.term_sets``), the same sentences and terms as one by one. With ``within`` (the
+    questions' terms), each sentence keeps only those terms: all the answer step compares."""
+    unique = list(dict.fromkeys(texts))
+    split = split_sentences(unique)
+    terms = iter(term_sets([sentence for parts in split for sentence in parts], within))
+    return {
+        text: tuple((sentence, next(terms)) for sentence in parts)
+        for text, parts in zip(unique, split, strict=True)
+    }
 
 
 def extractive_answer(
@@ -155,28 +199,31 @@ def extractive_answer(
     context: Sequence[ContextPassage],
     max_sentences: int = 2,
     second_ratio: float = 0.8,
+    analysed: Mapping[str, AnalysedPassage] | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """The context sentences that best cover the question, each followed by ``[passage id]``.
 
     A sentence scores the sum over distinct question terms it contains of ``1 + log(1 + n/df)``,
-    where ``df`` counts context sentences with the term (rarer terms weigh more); ties go to the
-    earlier passage in the context. A further sentence is added while it scores at least
-    ``second_ratio`` of the best.
+    where ``df`` counts context sentences with the term (rarer terms weigh more), added in term
+    order (so equal term sets score exactly equal, whatever Python's string hashing); ties go to
+    the earlier passage in the context. A further sentence is added while it scores at least
+    ``second_ratio`` of the best. ``analysed`` may hold the passages' sentences already.
     """
     question_terms = set(content_terms(question))
+    analysed = analysed or {}
     candidates: list[tuple[str, str, frozenset[str]]] = [
         (passage.passage_id, sentence, terms)
         for passage in context
-        for sentence, terms in analysed_sentences(passage.text)
+        for sentence, terms in (analysed.get(passage.text) or analysed_sentences(passage.text))
     ]
     if not candidates or not question_terms:
         return "", ()
     n = len(candidates)
     df = {t: sum(1 for _, _, terms in candidates if t in terms) for t in question_terms}
     weights = {t: 1 + math.log(1 + n / df[t]) for t in question_terms if df[t]}
-    scores = np.array(
-        [sum(weights.get(t, 0.0) for t in terms & question_terms) for *_, terms in candidates]
-    )
+    scores = [
+        sum(weights.get(t, 0.0) for t in sorted(terms & question_terms)) for *_, terms in candidates
+    ]
     order = sorted(range(n), key=lambda i: (-scores[i], i))
     if scores[order[0]] <= 0:
         return "", ()

@@ -1,12 +1,15 @@
 """Running the system under test over a batch of golden items: rows for the run's tables.
 
-Both functions take and return frames; the batch goes to the system in one call, so a system
+The functions take and return frames; the batch goes to the system in one call, so a system
 that batches (one BM25 call for every question, concurrent HTTP requests) can.
 """
+
+from pathlib import Path
 
 import polars as pl
 
 from rag_eval_pipeline.lib.store.tables import row_schema
+from rag_eval_pipeline.lib.systems.calls import CallOutcome, ReportsCalls, calls_frame
 from rag_eval_pipeline.lib.systems.protocol import Hit, Query, SystemUnderTest
 
 
@@ -33,6 +36,24 @@ def retrieval_results(
     return pl.DataFrame(rows, schema=schema).join(
         passages.select("passage_id", "status"), on="passage_id", how="left"
     )
+
+
+def system_calls(system: SystemUnderTest, items: pl.DataFrame) -> pl.DataFrame:
+    """``system_calls`` rows (``lib.systems.calls``): what each item's call came to, as a system
+    that calls a service reports it (after ``retrieve_batch``); for an in-process system every
+    item is ``ok`` with no attempts, latency, tokens or cost (it makes no calls, and a per-item
+    share of one batched BM25 call would be an invented figure)."""
+    queries = queries_of(items)
+    if isinstance(system, ReportsCalls):
+        outcomes = system.call_outcomes(queries)
+    else:
+        outcomes = [CallOutcome(query.item_id) for query in queries]
+    return calls_frame(outcomes)
+
+
+def captured_traces(system: SystemUnderTest) -> Path | None:
+    """The trace file a live system captured the run in (``lib.systems.capture``), if any."""
+    return getattr(system, "captured", None)
 
 
 def generation_results(
