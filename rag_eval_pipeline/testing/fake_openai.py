@@ -13,6 +13,7 @@ Its answers are deterministic. The user message is the JSON the judge sends:
 """
 
 import json
+import random
 import re
 import threading
 import time
@@ -59,6 +60,8 @@ class FakeOpenAI:
         self.bodies: list[dict] = []
         self._in_flight = 0
         self._faults: deque[Fault] = deque()
+        self._standing: tuple[Fault, str | None] | None = None
+        self._flaky: tuple[float, random.Random] | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: _Server | None = None
@@ -79,6 +82,29 @@ class FakeOpenAI:
             raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
         with self._lock:
             self._faults.extend(Fault(kind, retry_after, seconds) for _ in range(times))
+
+    def fail_always(
+        self,
+        kind: str,
+        *,
+        only: str | None = None,
+        retry_after: str | None = "1",
+        seconds: float = 0.0,
+    ) -> None:
+        """Answer every request (every ``only="claims"`` or ``only="verdicts"`` request) with
+        fault ``kind`` from now on: an endpoint that is down, throttled or never answers."""
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
+        if only not in (None, "claims", "verdicts"):
+            raise ValueError(f"only must be 'claims', 'verdicts' or None, got {only!r}")
+        with self._lock:
+            self._standing = (Fault(kind, retry_after, seconds), only)
+
+    def flaky(self, share: float, *, seed: int = 7) -> None:
+        """From now on answer a seeded random ``share`` of requests with a 500 (a transient
+        fault: the judge's retry succeeds)."""
+        with self._lock:
+            self._flaky = (share, random.Random(seed))
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -112,9 +138,15 @@ class FakeOpenAI:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _next_fault(self) -> Fault | None:
+    def _next_fault(self, request_kind: str) -> Fault | None:
         with self._lock:
-            return self._faults.popleft() if self._faults else None
+            if self._faults:
+                return self._faults.popleft()
+            if self._standing is not None and self._standing[1] in (None, request_kind):
+                return self._standing[0]
+            if self._flaky is not None and self._flaky[1].random() < self._flaky[0]:
+                return Fault("server_error")
+            return None
 
     def _answer(self, body: dict, fault: Fault | None) -> dict:
         request = json.loads(body["messages"][-1]["content"])
@@ -181,7 +213,8 @@ class FakeOpenAI:
                 body = json.loads(raw)
                 with fake._lock:
                     fake.bodies.append(body)
-                fault = fake._next_fault()
+                asked = json.loads(body["messages"][-1]["content"])
+                fault = fake._next_fault("claims" if "answer" in asked else "verdicts")
                 delay = fake.latency + (fault.seconds if fault and fault.kind == "slow" else 0)
                 if delay:
                     fake._stopping.wait(delay)

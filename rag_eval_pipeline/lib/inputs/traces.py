@@ -2,6 +2,9 @@
 
 One trace per JSONL line (or Parquet row); the format is documented in ``docs/TRACES.md``:
 
+- ``trace_id`` (optional, string): the trace's own id (``asst-0017``); unique in a file. It is
+  the trace's key in ``judge_verdicts`` and human labels; without it the key is the ``item_id``,
+  else ``<file name>:<line>``;
 - ``item_id`` (optional, string or null): the golden item the trace answers; unique in a file;
 - ``question`` (string, not empty): the question as asked;
 - ``retrieved`` (list of ``{passage_id, score, rank}``): what retrieval returned, ranks being
@@ -114,7 +117,7 @@ def _retrieved(record: dict, where: str) -> list[dict]:
 
 
 def _check_trace(record: object, where: str) -> dict:
-    """One trace as a row of ``TRACE_SCHEMA`` (without ``line`` and ``trace_id``)."""
+    """One trace as a row of ``TRACE_SCHEMA`` (without ``line``; ``trace_id`` as given)."""
     if not isinstance(record, dict):
         raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
     missing = [field for field in REQUIRED_FIELDS if field not in record]
@@ -123,6 +126,9 @@ def _check_trace(record: object, where: str) -> dict:
     item_id = record.get("item_id")
     if item_id is not None and not _is_text(item_id):
         raise TraceError(f"{where}: 'item_id' must be a non-empty string or null")
+    trace_id = record.get("trace_id")
+    if trace_id is not None and not _is_text(trace_id):
+        raise TraceError(f"{where}: 'trace_id' must be a non-empty string or null")
     if not _is_text(record["question"]):
         raise TraceError(f"{where}: 'question' must be a non-empty string")
     if not isinstance(record["answer"], str):
@@ -136,6 +142,7 @@ def _check_trace(record: object, where: str) -> dict:
         if not _is_text(record[field]):
             raise TraceError(f"{where}: '{field}' must be a non-empty string")
     return {
+        "trace_id": trace_id,
         "item_id": item_id,
         "question": record["question"],
         "retrieved": _retrieved(record, where),
@@ -184,7 +191,8 @@ def load_traces(path: Path | str) -> pl.DataFrame:
     """Read and check a trace file (``.jsonl``/``.ndjson`` or ``.parquet``/``.pq``).
 
     Returns one row per trace in ``TRACE_SCHEMA``: ``line`` is the JSONL line or Parquet row
-    number, ``trace_id`` the ``item_id`` when given, else ``<file name>:<line>``. Errors
+    number, ``trace_id`` the trace's own ``trace_id`` when given, else its ``item_id``, else
+    ``<file name>:<line>``; both ids are unique in a file, and so is the resulting key. Errors
     (``TraceError``) name the file, the line or row and the problem.
     """
     path = Path(path)
@@ -202,6 +210,7 @@ def load_traces(path: Path | str) -> pl.DataFrame:
         )
     rows = []
     seen: dict[str, str] = {}
+    keys: dict[str, str] = {}
     for number, where, label, record in records:
         trace = _check_trace(record, where)
         item_id = trace["item_id"]
@@ -209,7 +218,11 @@ def load_traces(path: Path | str) -> pl.DataFrame:
             if item_id in seen:
                 raise TraceError(f"{where}: item_id {item_id!r} already traced at {seen[item_id]}")
             seen[item_id] = label
-        rows.append({"line": number, "trace_id": item_id or f"{path.name}:{number}", **trace})
+        key = trace["trace_id"] or item_id or f"{path.name}:{number}"
+        if key in keys:
+            raise TraceError(f"{where}: trace_id {key!r} already used at {keys[key]}")
+        keys[key] = label
+        rows.append({"line": number, **trace, "trace_id": key})
     if not rows:
         raise TraceError(f"{path}: trace file holds no traces")
     return pl.DataFrame(rows, schema=TRACE_SCHEMA)

@@ -1,8 +1,13 @@
 """Judge calibration against human labels: agreement (Wilson interval) and Cohen's kappa.
 
 Human labels are JSONL, one claim a line: ``{"item_id", "claim", "verdict"}`` with the verdict a
-person gave (ENTAILED, CONTRADICTED or UNSUPPORTED). They are matched to the judge's verdicts on
-``(item_id, claim)``.
+person gave (ENTAILED, CONTRADICTED or UNSUPPORTED), and optionally ``source`` (``golden``, the
+default: a claim of tonight's system's answer to the golden item ``item_id``; ``production``: a
+claim of the production trace whose trace id is ``item_id``), ``passage_id`` (the passage that
+entails or contradicts it) and ``citation_supported`` (true when a passage the claim cites entails
+it, false when not, null when it cites nothing). They are matched to the judge's verdicts on
+``(source, item_id, claim)``, the claim text exactly as the judge split it; a key labelled twice
+is an error. ``JUDGE_ERROR`` rows are not verdicts and match no label.
 """
 
 import json
@@ -16,7 +21,16 @@ from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
 
 MIN_LABELS = 30
 MIN_KAPPA = 0.6
-LABEL_SCHEMA = {"item_id": pl.String, "claim": pl.String, "human_verdict": pl.String}
+SOURCES = ("golden", "production")
+LABEL_KEY = ("source", "item_id", "claim")
+LABEL_SCHEMA = {
+    "source": pl.String,
+    "item_id": pl.String,
+    "claim": pl.String,
+    "human_verdict": pl.String,
+    "human_passage_id": pl.String,
+    "human_citation_supported": pl.Boolean,
+}
 
 
 class HumanLabelError(RagEvalError):
@@ -24,9 +38,11 @@ class HumanLabelError(RagEvalError):
 
 
 def load_human_labels(path: Path | str) -> pl.DataFrame:
-    """Read a human-label file; errors name the file, the line and the problem."""
+    """Read a human-label file into ``LABEL_SCHEMA`` rows; errors name the file, the line and
+    the problem."""
     path = Path(path)
     rows = []
+    seen: dict[tuple, int] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -40,14 +56,51 @@ def load_human_labels(path: Path | str) -> pl.DataFrame:
             raise HumanLabelError(
                 f"{path}:{number}: verdict {record['verdict']!r} is not one of {', '.join(VERDICTS)}"
             )
+        source = record.get("source", SOURCES[0])
+        if source not in SOURCES:
+            raise HumanLabelError(
+                f"{path}:{number}: source {source!r} is not one of {', '.join(SOURCES)}"
+            )
+        supported = record.get("citation_supported")
+        if supported is not None and not isinstance(supported, bool):
+            raise HumanLabelError(
+                f"{path}:{number}: 'citation_supported' must be true, false or null"
+            )
+        key = (source, record["item_id"], record["claim"])
+        if key in seen:
+            raise HumanLabelError(
+                f"{path}:{number}: claim of {source} item {record['item_id']!r} already labelled "
+                f"at line {seen[key]}"
+            )
+        seen[key] = number
         rows.append(
             {
+                "source": source,
                 "item_id": record["item_id"],
                 "claim": record["claim"],
                 "human_verdict": record["verdict"],
+                "human_passage_id": record.get("passage_id"),
+                "human_citation_supported": supported,
             }
         )
     return pl.DataFrame(rows, schema=LABEL_SCHEMA)
+
+
+def matched_labels(verdicts: pl.DataFrame, labels: pl.DataFrame | None) -> pl.DataFrame:
+    """The judged claims that carry a human label: ``judge_verdicts`` rows (``JUDGE_ERROR`` left
+    out) with the label's ``human_verdict``, ``human_passage_id`` and
+    ``human_citation_supported``, joined on ``(source, item_id, claim)``."""
+    judged = _with_source(verdicts.filter(pl.col("verdict").is_in(list(VERDICTS))))
+    if labels is None:
+        labels = pl.DataFrame(schema=LABEL_SCHEMA)
+    return judged.join(_with_source(labels), on=list(LABEL_KEY), how="inner")
+
+
+def _with_source(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with a ``source`` column: rows of a frame without one are golden."""
+    if "source" in frame.columns:
+        return frame
+    return frame.with_columns(pl.lit(SOURCES[0]).alias("source"))
 
 
 def cohen_kappa(first: list[str], second: list[str]) -> float | None:
@@ -74,9 +127,10 @@ def calibrate(
     min_labels: int = MIN_LABELS,
     min_kappa: float = MIN_KAPPA,
 ) -> dict:
-    """One ``judge_calibration`` row: n matched claims, agreement, its Wilson interval, kappa,
-    and whether the judge counts as calibrated (at least ``min_labels`` matched claims and kappa
-    at least ``min_kappa``), with the reason."""
+    """One ``judge_calibration`` row: n matched claims (golden and production labels together),
+    agreement on the three verdicts, its Wilson interval, Cohen's kappa, and whether the judge
+    counts as calibrated (at least ``min_labels`` matched claims and kappa at least
+    ``min_kappa``), with the reason."""
     if labels is None or not labels.height:
         return {
             "judge_id": judge_id,
@@ -88,7 +142,7 @@ def calibrate(
             "calibrated": False,
             "reason": "judge not calibrated: no human labels",
         }
-    matched = verdicts.join(labels, on=["item_id", "claim"], how="inner")
+    matched = matched_labels(verdicts, labels)
     n = matched.height
     agree = int((matched["verdict"] == matched["human_verdict"]).sum()) if n else 0
     low, high = wilson_interval(agree, n)

@@ -6,6 +6,7 @@ rests on it (``judges.calibration``).
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from rag_eval_pipeline.lib.judges.claims import CLAIM_BREAK, split_claims
 from rag_eval_pipeline.lib.judges.protocol import (
@@ -16,15 +17,22 @@ from rag_eval_pipeline.lib.judges.protocol import (
     Context,
     Verdict,
 )
-from rag_eval_pipeline.lib.text import NEGATIONS, content_terms, numbers, sentences, words
+from rag_eval_pipeline.lib.text import (
+    TextFacts,
+    sentences,
+    split_sentences,
+    text_facts,
+    text_facts_of,
+)
 
 
-def _units(text: str) -> list[str]:
+def _units(text: str, split: Sequence[str] | None = None) -> list[str]:
     """A passage's sentences, and the semicolon clauses of those that have several: claims are
     split at semicolons, so a claim is compared with the clause it came from as well as with the
-    whole sentence (a "not" in the other clause must not flip its polarity)."""
+    whole sentence (a "not" in the other clause must not flip its polarity). ``split`` is the
+    passage's sentences when they are known already."""
     units = []
-    for sentence in sentences(text):
+    for sentence in sentences(text) if split is None else split:
         units.append(sentence)
         clauses = [c for c in CLAIM_BREAK.split(sentence) if c.strip()]
         if len(clauses) > 1:
@@ -59,22 +67,66 @@ class DeterministicJudge:
         return [split_claims(answer) for answer in answers]
 
     def verdicts(self, pairs: Sequence[tuple[str, Context]]) -> list[Verdict]:
-        return [self.verdict(claim, context) for claim, context in pairs]
+        """Every ``(claim, context)`` pair's verdict, as ``verdict`` gives it.
+
+        Each distinct passage is split into its units once and every distinct unit and claim
+        is analysed once, all of them in one batch (``text.split_sentences``,
+        ``text.text_facts``); the comparisons then only intersect sets."""
+        texts = list(dict.fromkeys(text for _, context in pairs for _, text in context))
+        units_of = {
+            text: _units(text, split)
+            for text, split in zip(texts, split_sentences(texts), strict=True)
+        }
+        claims = list(dict.fromkeys(claim for claim, _ in pairs))
+        claim_facts = dict(zip(claims, text_facts(claims), strict=True))
+        # A unit is only ever compared with claims: its terms and numbers outside theirs are
+        # left out (and whether it states other numbers kept), which changes no verdict.
+        units = list(dict.fromkeys(chain(*units_of.values())))
+        unit_facts = dict(
+            zip(
+                units,
+                text_facts(
+                    units,
+                    terms=set().union(*(f.terms for f in claim_facts.values())),
+                    numbers=set().union(*(f.numbers for f in claim_facts.values())),
+                ),
+                strict=True,
+            )
+        )
+        return [
+            self._judge(
+                claim_facts[claim],
+                [
+                    (passage_id, [unit_facts[unit] for unit in units_of[text]])
+                    for passage_id, text in context
+                ],
+            )
+            for claim, context in pairs
+        ]
 
     def verdict(self, claim: str, context: Context) -> Verdict:
         """One claim against its context (class docstring)."""
-        claim_numbers = numbers(claim)
-        claim_terms = {t for t in content_terms(claim) if t not in claim_numbers}
-        claim_negated = bool(NEGATIONS & set(words(claim)))
+        return self._judge(
+            text_facts_of(claim),
+            [
+                (passage_id, [text_facts_of(unit) for unit in _units(text)])
+                for passage_id, text in context
+            ],
+        )
+
+    def _judge(
+        self, claim: TextFacts, context: Sequence[tuple[str, Sequence[TextFacts]]]
+    ) -> Verdict:
+        claim_numbers = claim.numbers
+        claim_terms = claim.terms - claim_numbers
         if not claim_terms and not claim_numbers:
             return Verdict(UNSUPPORTED, None)
         best_contradiction: tuple[float, str] | None = None
-        for passage_id, text in context:
-            for sentence in _units(text):
-                sentence_terms = set(content_terms(sentence))
-                coverage = len(claim_terms & sentence_terms) / max(len(claim_terms), 1)
-                same_polarity = claim_negated == bool(NEGATIONS & set(words(sentence)))
-                sentence_numbers = numbers(sentence)
+        for passage_id, units in context:
+            for unit in units:
+                coverage = len(claim_terms & unit.terms) / max(len(claim_terms), 1)
+                same_polarity = claim.negated == unit.negated
+                sentence_numbers = unit.numbers
                 if (
                     coverage >= self.entail_coverage
                     and claim_numbers <= sentence_numbers
@@ -83,7 +135,7 @@ class DeterministicJudge:
                     return Verdict(ENTAILED, passage_id)
                 conflicting_numbers = (
                     bool(claim_numbers)
-                    and bool(sentence_numbers - claim_numbers)
+                    and (unit.other_numbers or bool(sentence_numbers - claim_numbers))
                     and not claim_numbers <= sentence_numbers
                 )
                 if (

@@ -6,7 +6,8 @@ against the exact context sent (passage ids and texts), ``ENTAILED`` / ``CONTRAD
 ``UNSUPPORTED`` with the passage that supports or contradicts it.
 
 Operational rules:
-- requests go to ``POST {base_url}/chat/completions`` at temperature 0, optionally in JSON mode;
+- requests go to ``POST {base_url}/chat/completions`` at ``temperature`` (0 by default; part of
+  the judge's configuration), optionally in JSON mode;
 - 429, 5xx, timeouts and connection errors are retried with exponential backoff (jittered),
   honouring ``Retry-After`` / ``retry-after-ms`` when the server sends them;
 - a malformed reply (not JSON, an unknown verdict, a passage id that is not in the context) is
@@ -17,8 +18,14 @@ Operational rules:
 - results are cached in a SQLite file keyed by judge model, prompt version (and a digest of the
   prompt texts, so an edit without a version bump cannot serve stale verdicts), the claim or
   answer text and, for verdicts, the SHA-256 of the canonical JSON of the context. A verdict
-  served from the cache carries ``replayed=True``;
-- ``verdicts`` judges many claims with at most ``concurrency`` requests in flight, in order.
+  served from the cache carries ``replayed=True``. A temperature other than 0 is part of every
+  key, and so is the repeat index of a repeated verdict (``repeat_verdicts``, repeats 2, 3, ...;
+  ``judges.stability``), so a repeat is a distinct call, never a replay of another repeat;
+- ``verdicts`` judges many claims with at most ``concurrency`` requests in flight, in order;
+- every request's tokens are estimated before it is sent (``estimated_tokens``) and counted
+  (the reported ``usage.total_tokens`` when there is one); a ``JudgeBudget`` stops judging before
+  a request would exceed it, recording the rest as ``JUDGE_ERROR`` "budget exhausted"
+  (``judges.budget``).
 
 The API key is read from the environment variable named by ``api_key_env`` when a request is
 made. It is never stored on the judge, and never appears in ``config()``, ``repr``, logs,
@@ -28,6 +35,7 @@ exception messages or the cache.
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -38,12 +46,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
+from rag_eval_pipeline.lib.http_retry import retry_after_seconds
+from rag_eval_pipeline.lib.judges.budget import BUDGET_EXHAUSTED, JudgeBudget, JudgeSpend
 from rag_eval_pipeline.lib.judges.claims import CITATION
 from rag_eval_pipeline.lib.judges.protocol import (
     JUDGE_ERROR,
@@ -91,6 +100,10 @@ Reply with JSON only: {"verdict": "ENTAILED" | "CONTRADICTED" | "UNSUPPORTED",
 
 PROMPT_DIGEST = hashlib.sha256(f"{CLAIMS_PROMPT}\n\n{VERDICT_PROMPT}".encode()).hexdigest()
 
+CHARS_PER_TOKEN = 4
+VERDICT_REPLY_TOKENS = 30
+CLAIMS_REPLY_OVERHEAD_TOKENS = 16
+
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 FATAL_STATUS = frozenset({401, 403, 404})
 JSON_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -119,6 +132,20 @@ def context_digest(context: Sequence[tuple[str, str]]) -> str:
     order, so any change of id, text or order is a different context."""
     payload = canonical_json([[passage_id, text] for passage_id, text in context])
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def estimated_tokens(messages: Sequence[dict], reply_tokens: int) -> int:
+    """Tokens of one request, estimated before it is sent: the characters of its messages (the
+    prompt text and the JSON payload) / 4, rounded up, plus ``reply_tokens`` for the reply. Four
+    characters a token is the usual rule of thumb for English text with an OpenAI tokenizer;
+    German, digits and JSON punctuation run higher, so read the figure as an estimate."""
+    characters = sum(len(message["content"]) for message in messages)
+    return math.ceil(characters / CHARS_PER_TOKEN) + reply_tokens
+
+
+def claims_reply_tokens(answer: str) -> int:
+    """The reply allowance of a claim split: the answer restated as claims, plus JSON."""
+    return math.ceil(len(answer) / CHARS_PER_TOKEN) + CLAIMS_REPLY_OVERHEAD_TOKENS
 
 
 def _reply_json(content: str) -> Any:
@@ -175,31 +202,6 @@ def parse_verdict(content: str, context_ids: Sequence[str]) -> Verdict:
     if passage_id not in context_ids:
         raise MalformedReply(f"{verdict} names passage {passage_id!r}, which is not in the context")
     return Verdict(verdict, passage_id)
-
-
-def retry_after_seconds(headers: httpx.Headers) -> float | None:
-    """The wait a server asked for: ``retry-after-ms``, or ``Retry-After`` in seconds or as an
-    HTTP date; ``None`` when absent or unreadable."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
 
 
 class JudgeCache:
@@ -276,13 +278,26 @@ class _Failure:
     reason: str
 
 
+def _reported_tokens(response: httpx.Response | None) -> int | None:
+    """``usage.total_tokens`` of a successful chat completion, if it reports one."""
+    if response is None or response.status_code >= 400:
+        return None
+    try:
+        total = response.json().get("usage", {}).get("total_tokens")
+    except (ValueError, AttributeError):
+        return None
+    return total if isinstance(total, int) and not isinstance(total, bool) else None
+
+
 @dataclass(eq=False)
 class LLMJudge:
     """A judge backed by an OpenAI-compatible chat model (see the module docstring).
 
     ``api_key_env`` is the NAME of the environment variable holding the key (``None`` for
     endpoints without authentication). ``timeout`` is per request in seconds; ``max_retries``
-    counts retries after the first attempt; ``cache_path`` ``None`` disables the cache.
+    counts retries after the first attempt; ``cache_path`` ``None`` disables the cache;
+    ``temperature`` is the sampling temperature of every request (part of ``config()`` and of
+    the cache keys when not 0); ``budget`` limits what the judge may spend (``judges.budget``).
     """
 
     base_url: str
@@ -295,16 +310,25 @@ class LLMJudge:
     json_mode: bool = True
     backoff_seconds: float = 0.5
     max_wait_seconds: float = 60.0
+    deadline_seconds: float = 1800.0
+    temperature: float = 0.0
+    budget: JudgeBudget = field(default_factory=JudgeBudget)
     judge_id: str = field(init=False)
+    spend: JudgeSpend = field(init=False, repr=False)
     _client: httpx.Client | None = field(init=False, default=None, repr=False)
     _cache: JudgeCache | None = field(init=False, default=None, repr=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(init=False, default_factory=threading.Event, repr=False)
+    _deadline: float | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got {self.max_retries}")
+        if not 0 <= self.temperature <= 2:
+            raise ValueError(f"temperature must be from 0 to 2, got {self.temperature}")
+        self.spend = JudgeSpend(self.budget)
         self.base_url = self.base_url.rstrip("/")
         self.judge_id = f"llm:{self.model}@{PROMPT_VERSION}"
         if self.cache_path is not None:
@@ -323,9 +347,18 @@ class LLMJudge:
             "model": self.model,
             "prompt_version": PROMPT_VERSION,
             "prompt_digest": PROMPT_DIGEST,
-            "temperature": 0,
+            # 0 stays the integer it always was, so a judge at temperature 0 keeps its digest.
+            "temperature": self.temperature or 0,
             "json_mode": self.json_mode,
         }
+
+    def usage(self) -> dict:
+        """What the judge spent so far (``JudgeSpend.usage``)."""
+        return self.spend.usage()
+
+    def charge_earlier(self, tokens: float) -> None:
+        """Count ``tokens`` spent by earlier steps of the run against the budget."""
+        self.spend.spent_before = float(tokens)
 
     def claims(self, answer: str) -> list[Claim]:
         """The answer's claims, from the cache or the model; raises ``LLMJudgeError`` when the
@@ -345,35 +378,53 @@ class LLMJudge:
             return []
         headers = self._headers()
         results: list[list[Claim] | None] = [None] * len(answers)
-        with ThreadPoolExecutor(
-            max_workers=min(self.concurrency, len(answers)), thread_name_prefix="llm-claims"
-        ) as pool:
-            futures = {
-                pool.submit(self._claims, answer, headers): i for i, answer in enumerate(answers)
-            }
-            for future in as_completed(futures):
-                try:
-                    outcome = future.result()
-                except BaseException:
-                    for other in futures:
-                        other.cancel()
-                    raise
-                if isinstance(outcome, _Failure):
+        outcomes = self._bounded(lambda answer: self._claims(answer, headers), answers, "claims")
+        for index, outcome in enumerate(outcomes):
+            if isinstance(outcome, _Failure):
+                if not outcome.reason.startswith(BUDGET_EXHAUSTED):
                     log.warning("judge %s: claim split failed (%s)", self.judge_id, outcome.reason)
-                    continue
-                results[futures[future]] = outcome
+                continue
+            results[index] = outcome
+        return results
+
+    def _bounded(self, ask: Callable[[Any], Any], subjects: Sequence[Any], name: str) -> list:
+        """``ask`` over ``subjects`` with at most ``concurrency`` in flight, results in order.
+
+        A fatal error (wrong key or endpoint) cancels the rest and raises. An interrupt
+        (SIGTERM, SIGINT) stops every retry loop and leaves without waiting for requests still
+        in flight, so a run stops within seconds.
+        """
+        pool = ThreadPoolExecutor(
+            max_workers=max(1, min(self.concurrency, len(subjects))),
+            thread_name_prefix=f"llm-{name}",
+        )
+        results: list[Any] = [None] * len(subjects)
+        try:
+            futures = {pool.submit(ask, subject): i for i, subject in enumerate(subjects)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+        except BaseException:
+            self._stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         return results
 
     def _claims(self, answer: str, headers: dict[str, str]) -> list[Claim] | _Failure:
         if not answer.strip():
             return []
-        cache_key = self._key({"model": self.model, "prompt": self.prompt_key, "answer": answer})
-        if self._cache is not None:
-            cached = self._cache.get("claims", cache_key)
-            if cached is not None:
-                return [Claim(text, tuple(cited)) for text, cited in cached]
+        cache_key = self._claims_key(answer)
+        cached = self.cached_claims(answer)
+        if cached is not None:
+            self.spend.replay()
+            return cached
         messages = self._messages(CLAIMS_PROMPT, {"answer": answer})
-        outcome = self._ask(headers, messages, lambda content: parse_claims(content, answer))
+        outcome = self._ask(
+            headers,
+            messages,
+            lambda content: parse_claims(content, answer),
+            claims_reply_tokens(answer),
+        )
         if isinstance(outcome, _Failure):
             return outcome
         if self._cache is not None:
@@ -388,6 +439,33 @@ class LLMJudge:
             )
         return outcome
 
+    def cached_claims(self, answer: str) -> list[Claim] | None:
+        """The answer's claims if the cache holds its split, without asking the model."""
+        if self._cache is None or not answer.strip():
+            return None
+        cached = self._cache.get("claims", self._claims_key(answer))
+        return None if cached is None else [Claim(text, tuple(cited)) for text, cited in cached]
+
+    def planned_claims(self, answer: str) -> tuple[bool, int]:
+        """Whether splitting ``answer`` would be served from the cache, and the estimated tokens
+        of the request otherwise (0 when cached or empty); no request is made."""
+        if not answer.strip():
+            return True, 0
+        if self.cached_claims(answer) is not None:
+            return True, 0
+        messages = self._messages(CLAIMS_PROMPT, {"answer": answer})
+        return False, estimated_tokens(messages, claims_reply_tokens(answer))
+
+    def planned_verdict(self, claim: str, context: Context, repeat: int = 1) -> tuple[bool, int]:
+        """Whether the verdict on ``(claim, context)`` (as repeat ``repeat``) would be served
+        from the cache, and the estimated tokens of the request otherwise; no request is made."""
+        context = [(str(pid), str(text)) for pid, text in context]
+        cache_key = self._verdict_key(claim, context_digest(context), repeat)
+        if self._cache is not None and self._cache.get("verdict", cache_key) is not None:
+            return True, 0
+        messages = self._messages(VERDICT_PROMPT, self._verdict_payload(claim, context))
+        return False, estimated_tokens(messages, VERDICT_REPLY_TOKENS)
+
     def verdict(self, claim: str, context: Context) -> Verdict:
         """One claim against the exact context sent (see ``verdicts``)."""
         return self.verdicts([(claim, context)])[0]
@@ -399,17 +477,24 @@ class LLMJudge:
         flight (identical pairs are asked once). A pair that fails after the retries gets
         ``JUDGE_ERROR`` and is not cached.
         """
+        return self.repeat_verdicts(pairs, 1)
+
+    def repeat_verdicts(self, pairs: Sequence[tuple[str, Context]], repeat: int) -> list[Verdict]:
+        """``verdicts`` as repeat ``repeat`` of the same pairs: repeat 1 is ``verdicts``; a later
+        repeat has cache keys of its own, so it asks the model again instead of replaying an
+        earlier repeat (``judges.stability``)."""
+        if repeat < 1:
+            raise ValueError(f"repeat must be 1 or more, got {repeat}")
         results: list[Verdict | None] = [None] * len(pairs)
         pending: dict[str, list[int]] = {}
         subjects: dict[str, tuple[str, list[tuple[str, str]], str]] = {}
         for index, (claim, context) in enumerate(pairs):
             context = [(str(pid), str(text)) for pid, text in context]
             digest = context_digest(context)
-            cache_key = self._key(
-                {"model": self.model, "prompt": self.prompt_key, "claim": claim, "context": digest}
-            )
+            cache_key = self._verdict_key(claim, digest, repeat)
             cached = self._cache.get("verdict", cache_key) if self._cache is not None else None
             if cached is not None:
+                self.spend.replay()
                 results[index] = Verdict(cached["verdict"], cached["passage_id"], replayed=True)
                 continue
             pending.setdefault(cache_key, []).append(index)
@@ -421,7 +506,8 @@ class LLMJudge:
         def record(cache_key: str, outcome: Verdict | _Failure) -> None:
             claim, _, digest = subjects[cache_key]
             if isinstance(outcome, _Failure):
-                log.warning("judge %s: %s (%s)", self.judge_id, JUDGE_ERROR, outcome.reason)
+                if not outcome.reason.startswith(BUDGET_EXHAUSTED):
+                    log.warning("judge %s: %s (%s)", self.judge_id, JUDGE_ERROR, outcome.reason)
                 outcome = Verdict(JUDGE_ERROR, None)
             elif self._cache is not None:
                 self._cache.put(
@@ -441,22 +527,14 @@ class LLMJudge:
             [(cache_key, (claim, context, _))] = subjects.items()
             record(cache_key, self._ask_verdict(headers, claim, context))
             return [verdict for verdict in results if verdict is not None]
-        with ThreadPoolExecutor(
-            max_workers=min(self.concurrency, len(subjects)), thread_name_prefix="llm-judge"
-        ) as pool:
-            futures = {
-                pool.submit(self._ask_verdict, headers, claim, context): cache_key
-                for cache_key, (claim, context, _) in subjects.items()
-            }
-            for future in as_completed(futures):
-                try:
-                    outcome = future.result()
-                except BaseException:
-                    # A fatal error (wrong key or endpoint) would fail every other request too.
-                    for other in futures:
-                        other.cancel()
-                    raise
-                record(futures[future], outcome)
+        keys = list(subjects)
+        outcomes = self._bounded(
+            lambda key: self._ask_verdict(headers, subjects[key][0], subjects[key][1]),
+            keys,
+            "judge",
+        )
+        for cache_key, outcome in zip(keys, outcomes, strict=True):
+            record(cache_key, outcome)
         return [verdict for verdict in results if verdict is not None]
 
     def close(self) -> None:
@@ -476,7 +554,20 @@ class LLMJudge:
         self.close()
 
     def _key(self, parts: dict) -> str:
+        if self.temperature:
+            parts = {**parts, "temperature": self.temperature}
         return hashlib.sha256(canonical_json(parts).encode("utf-8")).hexdigest()
+
+    def _claims_key(self, answer: str) -> str:
+        return self._key({"model": self.model, "prompt": self.prompt_key, "answer": answer})
+
+    def _verdict_key(self, claim: str, digest: str, repeat: int) -> str:
+        """A verdict's cache key; repeat 1 keeps the key it always had, so existing caches
+        still replay."""
+        parts = {"model": self.model, "prompt": self.prompt_key, "claim": claim, "context": digest}
+        if repeat > 1:
+            parts["repeat"] = repeat
+        return self._key(parts)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -508,18 +599,21 @@ class LLMJudge:
             {"role": "user", "content": canonical_json(payload)},
         ]
 
-    def _ask_verdict(
-        self, headers: dict[str, str], claim: str, context: list[tuple[str, str]]
-    ) -> Verdict | _Failure:
-        payload = {
+    def _verdict_payload(self, claim: str, context: list[tuple[str, str]]) -> dict:
+        return {
             "claim": claim,
             "context": [{"passage_id": pid, "text": text} for pid, text in context],
         }
+
+    def _ask_verdict(
+        self, headers: dict[str, str], claim: str, context: list[tuple[str, str]]
+    ) -> Verdict | _Failure:
         context_ids = [pid for pid, _ in context]
         return self._ask(
             headers,
-            self._messages(VERDICT_PROMPT, payload),
+            self._messages(VERDICT_PROMPT, self._verdict_payload(claim, context)),
             lambda content: parse_verdict(content, context_ids),
+            VERDICT_REPLY_TOKENS,
         )
 
     def _wait(self, attempt: int, server_asked: float | None) -> float:
@@ -529,23 +623,53 @@ class LLMJudge:
         return backoff * random.uniform(0.5, 1.0)
 
     def _ask(
-        self, headers: dict[str, str], messages: list[dict], parse: Callable[[str], T]
+        self,
+        headers: dict[str, str],
+        messages: list[dict],
+        parse: Callable[[str], T],
+        reply_tokens: int,
     ) -> T | _Failure:
-        """One chat completion parsed by ``parse``, retried on the failures worth retrying."""
+        """One chat completion parsed by ``parse``, retried on the failures worth retrying.
+
+        Every attempt is estimated and reserved against the budget before it is sent; one the
+        budget cannot take is not sent (``judges.budget``)."""
         url = f"{self.base_url}/chat/completions"
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+        }
+        estimate = estimated_tokens(messages, reply_tokens)
         if self.json_mode:
             body["response_format"] = {"type": "json_object"}
         reason = "no attempt made"
+        with self._lock:
+            if self._deadline is None:
+                self._deadline = time.monotonic() + self.deadline_seconds
         for attempt in range(self.max_retries + 1):
             server_asked: float | None = None
+            remaining = self._deadline - time.monotonic()
+            if self._stop.is_set():
+                return _Failure("stopped: the run was interrupted")
+            if remaining <= 0:
+                return _Failure(
+                    f"the judge's deadline of {self.deadline_seconds:g} s for the run passed"
+                )
+            refused = self.spend.reserve(estimate)
+            if refused is not None:
+                return _Failure(refused)
+            response = None
             try:
-                response = self._http().post(url, json=body, headers=headers)
+                response = self._http().post(
+                    url, json=body, headers=headers, timeout=min(self.timeout, remaining)
+                )
             except httpx.TimeoutException as exc:
                 reason = f"timed out after {self.timeout} s ({type(exc).__name__})"
             except httpx.TransportError as exc:
                 reason = f"connection failed ({type(exc).__name__})"
-            else:
+            finally:
+                self.spend.settle(estimate, _reported_tokens(response))
+            if response is not None:
                 status = response.status_code
                 if status in FATAL_STATUS:
                     raise LLMJudgeError(
@@ -577,5 +701,6 @@ class LLMJudge:
                     self.max_retries,
                     wait,
                 )
-                time.sleep(wait)
+                if self._stop.wait(min(wait, max(0.0, self._deadline - time.monotonic()))):
+                    return _Failure("stopped: the run was interrupted")
         return _Failure(f"{reason} (after {self.max_retries + 1} attempts)")

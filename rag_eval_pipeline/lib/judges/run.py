@@ -2,21 +2,48 @@
 
 Each answer is split into claims (qualifiers kept) and each claim is judged against the exact
 context sent; a claim that carries citations is also judged against its cited passages alone,
-which gives citation support. Everything goes to the judge in two batches (all claim splits, then
+which gives citation support. Everything goes to the judge in batches (all claim splits, then
 all verdicts), so an LLM judge keeps its bounded concurrency busy.
+
+With ``repeats`` R > 1 every claim is judged against its context R times (``judges.stability``):
+repeat 1 is the verdict of ``judge_verdicts``; the verdicts of all R repeats (repeat 1 too, so
+the table is complete whatever R is) go to ``judge_repeat_verdicts``. Citation support is judged
+once.
 
 An answer whose claim split failed gives one ``JUDGE_ERROR`` row (claim index 0, empty claim) for
 its item and nothing else fails; a verdict that failed is ``JUDGE_ERROR`` too (never supported).
 """
 
+from typing import NamedTuple
+
 import polars as pl
 
-from rag_eval_pipeline.lib.judges.protocol import ENTAILED, JUDGE_ERROR, Judge
+from rag_eval_pipeline.lib.judges.protocol import ENTAILED, JUDGE_ERROR, Claim, Context, Judge
 from rag_eval_pipeline.lib.judges.sampling import stratified_sample
+from rag_eval_pipeline.lib.judges.stability import verdicts_of_repeat
 from rag_eval_pipeline.lib.store.tables import row_schema
 
 GOLDEN = "golden"
 PRODUCTION = "production"
+
+
+def answered_golden(
+    generation: pl.DataFrame, items: pl.DataFrame, corpus_digest: str
+) -> pl.DataFrame:
+    """Tonight's answered golden items (``generation_results`` not refused) as judge candidates:
+    ``item_id, answer, context_ids, stratum, corpus_digest, source``."""
+    return (
+        generation.filter(~pl.col("refused"))
+        .join(items.select("item_id", "stratum"), on="item_id")
+        .select(
+            "item_id",
+            "answer",
+            "context_ids",
+            "stratum",
+            corpus_digest=pl.lit(corpus_digest),
+            source=pl.lit(GOLDEN),
+        )
+    )
 
 
 def judge_candidates(
@@ -55,31 +82,79 @@ def passage_texts(passages: pl.DataFrame) -> dict[tuple[str, str], str]:
     }
 
 
-def judge_traces(
-    judge: Judge, sample: pl.DataFrame, texts: dict[tuple[str, str], str]
-) -> pl.DataFrame:
-    """Verdict rows (``judge_verdicts`` without ``eval_run_id``) for every claim of every sampled
-    trace (``item_id, answer, context_ids, corpus_digest, source``), each judged against the
-    passage texts of the trace's own corpus state."""
-    traces = sample.select("item_id", "answer", "context_ids", "corpus_digest", "source").rows()
-    splits = judge.claims_batch([answer for _, answer, *_ in traces])
-    claimed = []
-    failed = []
-    for (item_id, _, context_ids, digest, source), claims in zip(traces, splits, strict=True):
+class ClaimToJudge(NamedTuple):
+    """One claim of a sampled trace with what it is judged against."""
+
+    item_id: str
+    source: str
+    index: int
+    claim: Claim
+    context: list[tuple[str, str]]
+    cited: list[tuple[str, str]]
+
+
+class JudgedSample(NamedTuple):
+    """``judge_verdicts`` rows and ``judge_repeat_verdicts`` rows (repeats 1 to R)."""
+
+    verdicts: pl.DataFrame
+    repeats: pl.DataFrame
+
+
+def claims_to_judge(
+    sample: pl.DataFrame,
+    splits: list[list[Claim] | None],
+    texts: dict[tuple[str, str], str],
+) -> tuple[list[ClaimToJudge], list[tuple[str, str]]]:
+    """The claims of every sampled trace whose split succeeded, each with its context and its
+    cited passages (texts of the trace's own corpus state, ids the state lacks left out); and the
+    ``(item_id, source)`` of the traces whose split failed."""
+    traces = sample.select("item_id", "context_ids", "corpus_digest", "source").rows()
+    claimed: list[ClaimToJudge] = []
+    failed: list[tuple[str, str]] = []
+    for (item_id, context_ids, digest, source), claims in zip(traces, splits, strict=True):
         if claims is None:
             failed.append((item_id, source))
             continue
 
-        def passages_of(ids, digest=digest):
+        def passages_of(ids, digest=digest) -> list[tuple[str, str]]:
             return [(pid, texts[(digest, pid)]) for pid in ids if (digest, pid) in texts]
 
         context = passages_of(context_ids)
         for index, claim in enumerate(claims, start=1):
-            claimed.append((item_id, source, index, claim, context, passages_of(claim.cited_ids)))
-    pairs = [(claim.text, context) for *_, claim, context, _ in claimed]
-    pairs += [(claim.text, cited) for *_, claim, _, cited in claimed if cited]
+            claimed.append(
+                ClaimToJudge(item_id, source, index, claim, context, passages_of(claim.cited_ids))
+            )
+    return claimed, failed
+
+
+def verdict_pairs(
+    claimed: list[ClaimToJudge],
+) -> tuple[list[tuple[str, Context]], list[tuple[str, Context]]]:
+    """The ``(claim, context)`` pairs asked: every claim against its context, and every claim
+    that cites a passage of the corpus state against its cited passages alone."""
+    context_pairs = [(c.claim.text, c.context) for c in claimed]
+    citation_pairs = [(c.claim.text, c.cited) for c in claimed if c.cited]
+    return context_pairs, citation_pairs
+
+
+def judge_traces(
+    judge: Judge, sample: pl.DataFrame, texts: dict[tuple[str, str], str], *, repeats: int = 1
+) -> JudgedSample:
+    """Verdict rows (``judge_verdicts`` without ``eval_run_id``) for every claim of every sampled
+    trace (``item_id, answer, context_ids, corpus_digest, source``), each judged against the
+    passage texts of the trace's own corpus state; and the rows of every repeat, 1 to
+    ``repeats`` (``judge_repeat_verdicts`` without ``eval_run_id``)."""
+    splits = judge.claims_batch(sample["answer"].to_list())
+    claimed, failed = claims_to_judge(sample, splits, texts)
+    context_pairs, citation_pairs = verdict_pairs(claimed)
+    pairs = context_pairs + citation_pairs
     verdicts = judge.verdicts(pairs) if pairs else []
-    against_context, against_citations = verdicts[: len(claimed)], iter(verdicts[len(claimed) :])
+    against_context = verdicts[: len(claimed)]
+    against_citations = iter(verdicts[len(claimed) :])
+    repeated = [against_context] + [
+        verdicts_of_repeat(judge, context_pairs, repeat) if context_pairs else []
+        for repeat in range(2, repeats + 1)
+    ]
     rows = []
     for (item_id, source, index, claim, _, cited), verdict in zip(
         claimed, against_context, strict=True
@@ -120,4 +195,21 @@ def judge_traces(
                 "replayed": False,
             }
         )
-    return pl.DataFrame(rows, schema=row_schema("judge_verdicts"))
+    repeat_rows = [
+        {
+            "item_id": c.item_id,
+            "source": c.source,
+            "claim_index": c.index,
+            "claim": c.claim.text,
+            "repeat": repeat,
+            "verdict": verdict.verdict,
+            "passage_id": verdict.passage_id,
+            "replayed": verdict.replayed,
+        }
+        for repeat, verdicts_of in enumerate(repeated, start=1)
+        for c, verdict in zip(claimed, verdicts_of, strict=True)
+    ]
+    return JudgedSample(
+        pl.DataFrame(rows, schema=row_schema("judge_verdicts")),
+        pl.DataFrame(repeat_rows, schema=row_schema("judge_repeat_verdicts")),
+    )

@@ -32,6 +32,11 @@ Guardrails, each measured on its own (``guardrail_metrics``, rates defined there
 check's block rates on ``prompt_injection`` and ``out_of_scope`` items and its false blocks on
 answerable items; the evidence check's refusals of no-answer items and false refusals of
 answerable items that passed the input check; the citation check's rejections among answers.
+
+System errors (``lib.systems.calls``): an item whose call to the system under test failed
+(``refusal_reason`` ``system_error:<cause>``) is neither refused, wrong nor right: it is left out
+of every rate above and counted in the ``operations`` scope instead (``operations_metrics``:
+system errors, requests, retries, latency percentiles, tokens and cost, from ``system_calls``).
 """
 
 import math
@@ -53,6 +58,7 @@ from rag_eval_pipeline.lib.judges.protocol import (
 )
 from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, wilson_interval
 from rag_eval_pipeline.lib.systems import guardrails
+from rag_eval_pipeline.lib.systems.calls import OK, SYSTEM_ERROR, is_system_error
 
 PROPORTION = "proportion"
 MEAN = "mean"
@@ -141,8 +147,13 @@ def item_outcomes(
     """One row per item with the outcome columns of ``OUTCOME_SCHEMA``.
 
     ``items``: golden items; ``responses``: ``item_id, refused, answer, context_ids,
-    citation_valid, best_score`` (and ``cited_ids`` when known); ``gold``: ``item_id, passage_id, grade``.
+    citation_valid, best_score`` (and ``cited_ids``, ``refusal_reason`` when known); ``gold``:
+    ``item_id, passage_id, grade``. Items whose response records a system error are left out.
     """
+    if "refusal_reason" in responses.columns:
+        failed = responses.filter(is_system_error(pl.col("refusal_reason"))).select("item_id")
+        items = items.join(failed, on="item_id", how="anti")
+        responses = responses.join(failed, on="item_id", how="anti")
     relevant = (
         gold.filter(pl.col("grade") >= rel_level)
         .group_by("item_id")
@@ -233,17 +244,21 @@ def judged_items(verdicts: pl.DataFrame) -> pl.DataFrame:
 
     ``JUDGE_ERROR`` rows (a claim or a split the judge could not judge) are counted apart in
     ``n_judge_errors`` and left out of ``n_claims``; a citation whose check failed is left out of
-    ``n_citations``.
+    ``n_citations``. Items are in id order, so a seeded bootstrap over them is reproducible.
     """
     judged = pl.col("verdict").is_in(list(VERDICTS))
-    return verdicts.group_by("item_id").agg(
-        judged.sum().alias("n_claims"),
-        (pl.col("verdict") == ENTAILED).sum().alias("n_entailed"),
-        (pl.col("verdict") == CONTRADICTED).sum().alias("n_contradicted"),
-        (pl.col("verdict") == UNSUPPORTED).sum().alias("n_unsupported"),
-        (pl.col("verdict") == JUDGE_ERROR).sum().alias("n_judge_errors"),
-        pl.col("citation_supported").is_not_null().sum().alias("n_citations"),
-        pl.col("citation_supported").fill_null(False).sum().alias("n_citations_supported"),
+    return (
+        verdicts.group_by("item_id")
+        .agg(
+            judged.sum().alias("n_claims"),
+            (pl.col("verdict") == ENTAILED).sum().alias("n_entailed"),
+            (pl.col("verdict") == CONTRADICTED).sum().alias("n_contradicted"),
+            (pl.col("verdict") == UNSUPPORTED).sum().alias("n_unsupported"),
+            (pl.col("verdict") == JUDGE_ERROR).sum().alias("n_judge_errors"),
+            pl.col("citation_supported").is_not_null().sum().alias("n_citations"),
+            pl.col("citation_supported").fill_null(False).sum().alias("n_citations_supported"),
+        )
+        .sort("item_id")
     )
 
 
@@ -637,6 +652,163 @@ def guardrail_metrics(outcomes_with_reasons: pl.DataFrame) -> list[dict]:
     return [m for m in metrics if m["n"]]
 
 
+FIGURE = "figure"
+
+
+@dataclass(frozen=True)
+class OperationsMeasure:
+    """One figure of how the calls went, over a run's ``system_calls``: a proportion
+    (successes, n; Wilson interval) or a plain figure (value, n; no interval). ``compute``
+    returns ``None`` when nothing it applies to was reported."""
+
+    name: str
+    kind: str
+    compute: Callable[[pl.DataFrame], tuple[float, int] | None]
+
+
+OPERATIONS: dict[str, OperationsMeasure] = {}
+
+
+def operations_measure(name: str, kind: str = FIGURE):
+    """Register an operations measure under ``name`` (registration order is row order)."""
+
+    def register(compute: Callable[[pl.DataFrame], tuple[float, int] | None]):
+        OPERATIONS[name] = OperationsMeasure(name, kind, compute)
+        return compute
+
+    return register
+
+
+def _answered_latency(calls: pl.DataFrame) -> pl.Series:
+    """Latency of the calls that gave a trace: a failed call's time says how it failed (a
+    timeout, a reset), not how fast the system answers."""
+    return calls.filter(pl.col("outcome") == OK)["latency_ms"].drop_nulls()
+
+
+def _reported(calls: pl.DataFrame, column: str) -> pl.Series:
+    return calls.filter(pl.col("outcome") == OK)[column].drop_nulls()
+
+
+@operations_measure("system_errors")
+def system_errors(calls: pl.DataFrame) -> tuple[float, int]:
+    """Items whose call ended in a system error (n = items)."""
+    return float((calls["outcome"] == SYSTEM_ERROR).sum()), calls.height
+
+
+@operations_measure("system_error_rate", PROPORTION)
+def system_error_rate(calls: pl.DataFrame) -> tuple[int, int]:
+    """Items ending in a system error / items; Wilson interval."""
+    return int((calls["outcome"] == SYSTEM_ERROR).sum()), calls.height
+
+
+@operations_measure("requests")
+def requests_made(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Requests made, retries included (n = items with a recorded attempt count)."""
+    attempts = calls["attempts"].drop_nulls()
+    return (float(attempts.sum()), attempts.len()) if attempts.len() else None
+
+
+@operations_measure("retries")
+def retries_made(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Requests beyond the first per item (n = items with a recorded attempt count)."""
+    attempts = calls["attempts"].drop_nulls()
+    return (float((attempts - 1).clip(0).sum()), attempts.len()) if attempts.len() else None
+
+
+def _latency_quantile(calls: pl.DataFrame, quantile: float) -> tuple[float, int] | None:
+    latency = _answered_latency(calls)
+    if not latency.len():
+        return None
+    return float(latency.quantile(quantile, interpolation="linear")), latency.len()
+
+
+def _usage(calls: pl.DataFrame, column: str, *, mean: bool) -> tuple[float, int] | None:
+    values = _reported(calls, column)
+    if not values.len():
+        return None
+    return float(values.mean() if mean else values.sum()), values.len()
+
+
+@operations_measure("latency_p50_ms")
+def latency_p50(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Median latency of the answered calls in ms (linear interpolation between order
+    statistics, numpy's default; n = answered items with a measured latency)."""
+    return _latency_quantile(calls, 0.5)
+
+
+@operations_measure("latency_p95_ms")
+def latency_p95(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """95th percentile latency of the answered calls in ms (as ``latency_p50_ms``)."""
+    return _latency_quantile(calls, 0.95)
+
+
+@operations_measure("latency_max_ms")
+def latency_max(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Slowest answered call in ms."""
+    return _latency_quantile(calls, 1.0)
+
+
+@operations_measure("prompt_tokens_total")
+def prompt_tokens_total(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Prompt tokens the service reported (n = answered items reporting them)."""
+    return _usage(calls, "prompt_tokens", mean=False)
+
+
+@operations_measure("prompt_tokens_mean")
+def prompt_tokens_mean(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Mean prompt tokens per answered item reporting them."""
+    return _usage(calls, "prompt_tokens", mean=True)
+
+
+@operations_measure("completion_tokens_total")
+def completion_tokens_total(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Completion tokens the service reported (n = answered items reporting them)."""
+    return _usage(calls, "completion_tokens", mean=False)
+
+
+@operations_measure("completion_tokens_mean")
+def completion_tokens_mean(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Mean completion tokens per answered item reporting them."""
+    return _usage(calls, "completion_tokens", mean=True)
+
+
+@operations_measure("cost_total")
+def cost_total(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Cost the service reported, in its own unit (n = answered items reporting it)."""
+    return _usage(calls, "cost", mean=False)
+
+
+@operations_measure("cost_mean")
+def cost_mean(calls: pl.DataFrame) -> tuple[float, int] | None:
+    """Mean cost per answered item reporting it."""
+    return _usage(calls, "cost", mean=True)
+
+
+def operations_metrics(calls: pl.DataFrame) -> list[dict]:
+    """Every registered operations measure over a run's ``system_calls`` (scope
+    ``operations``, ``all_items``); measures with nothing reported are left out."""
+    rows = []
+    for spec in OPERATIONS.values():
+        computed = spec.compute(calls) if calls.height else None
+        if computed is None:
+            continue
+        if spec.kind == PROPORTION:
+            row = _proportion(spec.name, *computed)
+        else:
+            value, n = computed
+            row = {
+                "metric": spec.name,
+                "value": value,
+                "ci_low": None,
+                "ci_high": None,
+                "n": n,
+                "interval_method": "none",
+            }
+        if row["n"]:
+            rows.append({"scope": "operations", "scope_value": "all_items", **row})
+    return rows
+
+
 @dataclass(frozen=True)
 class GenerationTables:
     """A run's generation tables (rows without the run id) and the recommended threshold."""
@@ -656,11 +828,13 @@ def generation_tables(
     *,
     rel_level: int,
     seed: int,
+    calls: pl.DataFrame | None = None,
 ) -> GenerationTables:
     """Every generation table of a run from its golden items, ``generation_results``, gold
     passages and the golden-source ``judge_verdicts``: per-item outcomes, the rates per scope
     (with the guardrails measured one by one), the sufficiency x correctness 2x2 and the
-    abstention sweep with its recommended threshold."""
+    abstention sweep with its recommended threshold; with the run's ``system_calls``, the
+    ``operations`` figures too. Items that ended in a system error are in no rate."""
     outcomes = item_outcomes(items, responses, gold, rel_level=rel_level)
     table = scoped_summary(outcomes, judged_items(verdicts), seed=seed)
     guarded = outcomes.join(responses.select("item_id", "refusal_reason"), on="item_id")
@@ -668,7 +842,14 @@ def generation_tables(
         {"scope": "guardrail", "scope_value": "all_items", **row}
         for row in guardrail_metrics(guarded)
     ]
-    table = pl.concat([table, pl.DataFrame(guardrail_rows, schema=table.schema)])
+    operations_rows = operations_metrics(calls) if calls is not None else []
+    table = pl.concat(
+        [
+            table,
+            pl.DataFrame(guardrail_rows, schema=table.schema),
+            pl.DataFrame(operations_rows, schema=table.schema),
+        ]
+    )
     refused_otherwise = responses.select(
         "item_id",
         refused_otherwise=pl.col("refused")

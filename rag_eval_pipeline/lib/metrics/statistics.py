@@ -3,13 +3,20 @@
 - Wilson score interval for a proportion (z = 1.96 for 95%): the seed figure 38/200 gives
   0.1417 to 0.2500.
 - Percentile bootstrap for a mean, seeded, resampling items with replacement.
+
+Every interval contains its point estimate: floating point can put a bound a hair on the wrong
+side of it (a proportion of 1.0 has a Wilson upper bound of 0.9999999999999999), so bounds are
+clamped to the value, and a perfect, a zero or a single-item score gives a proper interval.
 """
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 Z95 = 1.959963984540054
+# Resampled indices kept for the next group of the same size (at most 64 MB of them).
+MAX_SHARED_DRAWS = 8_000_000
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
@@ -23,7 +30,16 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | Non
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return clamp_interval(p, max(0.0, centre - half), min(1.0, centre + half))
+
+
+def clamp_interval(
+    value: float | None, low: float | None, high: float | None
+) -> tuple[float | None, float | None]:
+    """``(low, high)`` widened, if needed, to contain ``value`` (unchanged when any is None)."""
+    if value is None or low is None or high is None or math.isnan(value):
+        return low, high
+    return min(low, value), max(high, value)
 
 
 def resampled_means(values: np.ndarray, *, seed: int, resamples: int) -> np.ndarray:
@@ -46,10 +62,42 @@ def bootstrap_mean_interval(
 
     ``(None, None)`` when there are no values; a single value gives a zero-width interval.
     """
-    values = np.asarray(values, dtype=np.float64)
-    if values.size == 0:
-        return None, None
-    means = resampled_means(values, seed=seed, resamples=resamples)
+    return bootstrap_mean_intervals([values], seed=seed, resamples=resamples, level=level)[0]
+
+
+def bootstrap_mean_intervals(
+    groups: Sequence[np.ndarray],
+    *,
+    seed: int = 20261001,
+    resamples: int = 1000,
+    level: float = 0.95,
+) -> list[tuple[float | None, float | None]]:
+    """``bootstrap_mean_interval`` of each group, drawing the resampled item indices once per
+    group size: the draws depend only on the seed and the size, so every interval is exactly the
+    one computed alone, and many measures over the same items cost one set of draws."""
     alpha = (1 - level) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    return float(low), float(high)
+    draws: dict[int, list[np.ndarray]] = {}
+    intervals: list[tuple[float | None, float | None]] = []
+    for group in groups:
+        values = np.asarray(group, dtype=np.float64)
+        n = values.size
+        if n == 0:
+            intervals.append((None, None))
+            continue
+        blocks = draws.get(n) or _draws(n, seed=seed, resamples=resamples)
+        if n * resamples <= MAX_SHARED_DRAWS:
+            draws = {n: blocks}
+        means = np.concatenate([values[block].mean(axis=1) for block in blocks])
+        low, high = np.quantile(means, [alpha, 1 - alpha])
+        intervals.append(clamp_interval(float(values.mean()), float(low), float(high)))
+    return intervals
+
+
+def _draws(n: int, *, seed: int, resamples: int) -> list[np.ndarray]:
+    """The item indices ``resampled_means`` draws, block by block."""
+    rng = np.random.default_rng(seed)
+    block = max(1, min(resamples, 2_000_000 // n))
+    return [
+        rng.integers(0, n, size=(min(resamples, start + block) - start, n))
+        for start in range(0, resamples, block)
+    ]
