@@ -5,7 +5,11 @@ Runs ``make nightly`` a few times against a temporary Dagster home and warehouse
 As a reference measured in the same session it times a bare ``python -c "import dagster"``, so
 the ratio (nightly / Dagster import) stays comparable on a noisy machine. Goal: under 20 s.
 
-    .venv/bin/python bench/bench_nightly.py [--repeat 3]
+    .venv/bin/python bench/bench_nightly.py [--repeat 3] [--baseline DIR]
+
+``--baseline DIR`` also times ``rag-eval nightly`` with the package of another checkout (for
+instance ``git archive HEAD | tar -x -C DIR``) first on ``PYTHONPATH``, interleaved with this
+checkout's runs in the same session, and prints the ratio of the two.
 """
 
 import argparse
@@ -30,9 +34,38 @@ def timed(command: list[str], env: dict) -> tuple[float, subprocess.CompletedPro
     return elapsed, completed
 
 
+def compare(args: argparse.Namespace, env: dict, scratch: Path) -> None:
+    """``rag-eval nightly`` of this checkout and of ``args.baseline``, interleaved, each in a
+    Dagster home and warehouse of its own."""
+    environments = {}
+    for label, extra in (("baseline", {"PYTHONPATH": str(args.baseline)}), ("this checkout", {})):
+        home = scratch / f"home-{label.replace(' ', '-')}"
+        home.mkdir()
+        (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+        warehouse = scratch / f"{home.name}.duckdb"
+        environments[label] = {
+            **env,
+            **extra,
+            "DAGSTER_HOME": str(home),
+            "RAG_EVAL_WAREHOUSE": str(warehouse),
+        }
+    times: dict[str, list[float]] = {label: [] for label in environments}
+    command = [str(BIN / "rag-eval"), "nightly", "--no-summary"]
+    for _ in range(args.repeat):
+        for label, environment in environments.items():
+            times[label].append(timed(command, environment)[0])
+    medians = {label: statistics.median(values) for label, values in times.items()}
+    print(
+        f"rag-eval nightly, median of {args.repeat} interleaved runs: baseline "
+        f"{medians['baseline']:.2f} s, this checkout {medians['this checkout']:.2f} s "
+        f"(this / baseline {medians['this checkout'] / medians['baseline']:.2f}x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="another checkout to compare with")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(scratch) / "dagster_home"
@@ -51,6 +84,8 @@ def main() -> None:
             for _ in range(args.repeat)
         ]
         _, breakdown = timed([str(BIN / "rag-eval"), "nightly", "--timings", "--no-summary"], env)
+        if args.baseline:
+            compare(args, env, Path(scratch))
     median_nightly = statistics.median(nightly)
     median_reference = statistics.median(reference)
     print(

@@ -57,7 +57,7 @@ steps = {
     if event.event_type_value == "STEP_SUCCESS"
 }
 print(json.dumps({"success": result.success, "steps": steps,
-                  "eval_run_id": result.output_for_node("retrieval_run")["eval_run_id"]}))
+                  "eval_run_id": result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]}))
 """
 
 

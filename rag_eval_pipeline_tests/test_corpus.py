@@ -1,6 +1,7 @@
 """Snapshot parsing and the content digest."""
 
 import datetime as dt
+import json
 import shutil
 
 import polars as pl
@@ -41,7 +42,10 @@ def test_digest_changes_with_content_and_metadata(library):
     folder = library / "2026-10-01"
     before = freeze_snapshot(folder)
     document = folder / "documents" / "CLEAN-LOG-001@v1.md"
-    document.write_text(document.read_text().replace("status: current", "status: withdrawn"))
+    # A frozen file is a read-only hard link to its stored copy: edit a new file in its place.
+    text = document.read_text().replace("status: current", "status: withdrawn")
+    document.unlink()
+    document.write_text(text)
     after = freeze_snapshot(folder)
     assert after["corpus_digest"] != before["corpus_digest"]
     changed = {
@@ -82,3 +86,107 @@ def test_drifted_items_are_flagged_on_a_later_snapshot(library):
     flagged = drift.filter(pl.col("drifted"))
     assert flagged["item_id"].to_list() == ["q2"]
     assert flagged["drift_reason"][0] == "STORE-FRIDGE-001@v1#s1 is superseded"
+
+
+# -- bad input: one clear error naming the file, before anything is written --------------------
+
+
+def test_a_document_that_is_not_utf8_names_the_file_and_the_byte(library):
+    folder = library / "2026-10-01"
+    document = folder / "documents" / "CLEAN-LOG-001@v1.md"
+    data = document.read_bytes()
+    offset = data.index(b"Cleaning")
+    document.write_bytes(data[:offset] + b"\xff\xfe" + data[offset:])
+    manifest_before = (folder / "manifest.json").read_bytes()
+    with pytest.raises(CorpusError) as raised:
+        freeze_snapshot(folder)
+    assert str(raised.value) == (
+        f"{document}: not UTF-8 text (invalid start byte at byte offset {offset})"
+    )
+    with pytest.raises(CorpusError, match=r"CLEAN-LOG-001@v1\.md: not UTF-8 text"):
+        load_snapshot(folder)
+    # Nothing was written: the manifest is untouched and no store was created.
+    assert (folder / "manifest.json").read_bytes() == manifest_before
+    assert not (library / ".snapshot_store").exists()
+
+
+def test_rag_eval_freeze_reports_a_bad_document_in_one_line(library, capsys):
+    from rag_eval_pipeline.cli import main
+
+    document = library / "2026-10-01" / "documents" / "XFER-FAX-001@v1.md"
+    document.write_bytes(document.read_bytes() + b"\n\x80 stray byte\n")
+    assert main(["freeze", str(library / "2026-10-01")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {document}: not UTF-8 text (invalid start byte")
+    assert "Traceback" not in captured.err
+
+
+def test_a_symbolic_link_outside_the_snapshot_is_refused(library, tmp_path):
+    folder = library / "2026-10-01"
+    outside = tmp_path / "elsewhere.md"
+    shutil.copyfile(folder / "documents" / "CLEAN-LOG-001@v1.md", outside)
+    (folder / "documents" / "CLEAN-LOG-001@v1.md").unlink()
+    link = folder / "documents" / "CLEAN-LOG-001@v1.md"
+    link.symlink_to(outside)
+    with pytest.raises(CorpusError) as raised:
+        freeze_snapshot(folder)
+    message = str(raised.value)
+    assert message.startswith(f"{link}: symbolic link to {outside.resolve()}, outside the snapshot")
+    with pytest.raises(CorpusError, match="outside the snapshot"):
+        load_snapshot(folder)
+    assert not (library / ".snapshot_store").exists()
+
+
+def test_a_symbolic_link_inside_the_snapshot_is_read_through(library):
+    folder = library / "2026-10-01"
+    kept = folder / "originals"
+    kept.mkdir()
+    document = folder / "documents" / "CLEAN-LOG-001@v1.md"
+    shutil.move(document, kept / document.name)
+    document.symlink_to(kept / document.name)
+    manifest = freeze_snapshot(folder)
+    assert document.is_symlink()
+    assert load_snapshot(folder).corpus_digest == manifest["corpus_digest"]
+
+
+@pytest.mark.parametrize(
+    ("documents", "message"),
+    [
+        ([], "manifest key 'documents' must map each document version to its digests, got a list"),
+        (
+            "all",
+            "manifest key 'documents' must map each document version to its digests, got a str",
+        ),
+        ({"X@v1": "abc"}, "manifest key 'documents.X@v1' must be an object with a 'digest'"),
+    ],
+)
+def test_a_manifest_with_malformed_documents_names_the_manifest_and_key(
+    library, documents, message
+):
+    path = library / "2026-10-01" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["documents"] = documents
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(CorpusError) as raised:
+        load_snapshot(library / "2026-10-01")
+    assert str(raised.value) == f"{path}: {message}"
+
+
+def test_a_manifest_that_is_not_an_object_names_the_manifest(library):
+    path = library / "2026-10-01" / "manifest.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(
+        CorpusError, match=r"manifest\.json: a manifest is a JSON object, got a list"
+    ):
+        load_snapshot(library / "2026-10-01")
+
+
+def test_a_byte_order_mark_at_the_start_of_a_document_is_ignored(library):
+    folder = library / "2026-10-01"
+    digest = load_snapshot(folder).corpus_digest
+    document = folder / "documents" / "CLEAN-LOG-001@v1.md"
+    document.write_bytes(b"\xef\xbb\xbf" + document.read_bytes())
+    assert load_snapshot(folder).corpus_digest == digest

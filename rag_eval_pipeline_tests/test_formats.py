@@ -569,3 +569,58 @@ def test_import_squad2_dev(tmp_path):
     same_answers = joined["reference_answers"].list.sort() == joined["answers"].list.sort()
     assert same_answers.all()
     assert not drift["drifted"].any()
+
+
+def test_a_byte_order_mark_does_not_glue_itself_to_the_first_query_id(tmp_path):
+    bom = "\ufeff".encode()
+    run = tmp_path / "run.txt"
+    run.write_bytes(bom + b"q1 Q0 d1 1 2.5 tag\nq1 Q0 d2 2 1.5 tag\nq2 Q0 d1 1 0.5 tag\n")
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_bytes(bom + b"q1 0 d1 1\nq2 0 d1 0\n")
+    assert read_trec_run(run)["query_id"].to_list() == ["q1", "q1", "q2"]
+    assert read_trec_qrels(qrels)["query_id"].to_list() == ["q1", "q2"]
+    # The same with tabs and blank lines, which take the line-by-line reader.
+    run.write_bytes(bom + b"q1\tQ0\td1\t1\t2.5\ttag\n\nq2 Q0 d1 1 0.5 tag\n")
+    qrels.write_bytes(bom + b"q1 0 d1 1\n\nq2 0 d1 0\n")
+    assert read_trec_run(run)["query_id"].to_list() == ["q1", "q2"]
+    assert read_trec_qrels(qrels)["query_id"].to_list() == ["q1", "q2"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\n",
+        b"q1\tQ0\td1\t1\t2.5\tt\nq1 Q0  d2 2 1.5 t\n",
+        b"q1 Q0 d1 1 2.5 t\r\nq1 Q0 d2 2 1.5 t\r\n",
+        b"\nq1 Q0 d1 1 2.5 t\n\n\nq1 Q0 d2 2 1.5 t\n\n",
+        b"q1 Q0 d1 1 2.5 t \nq1 Q0 d2 2 1.5\n",
+        b"q1  Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5\n",
+        b" q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5\n",
+        b"q1 Q0 d1 1 2.5\n",
+        b"q1 Q0 d1 1 2.5 t x\n",
+        b"q1 Q0 d1 1 nan t\n",
+        b"q1 Q0 d1 1 2.5 t\nq1 Q0 d1 2 1.5 t\n",
+        b"q1 Q0 d1 1 2.5 t",
+        "q1\u00a0Q0 d1 1 2.5 t x\n".encode(),
+        "q\u00e9 Q0 d1 1 2.5 t\n".encode(),
+        b"q1 Q0 d\xff 1 2.5 t\n",
+        b"",
+    ],
+)
+def test_the_fast_run_reader_agrees_with_the_line_by_line_reader(tmp_path, text, monkeypatch):
+    """Polars' CSV reader takes well-formed files; anything else is read line by line, so the
+    result, or the error naming the line, is the same either way."""
+    from rag_eval_pipeline.lib.inputs import formats
+
+    path = tmp_path / "run.txt"
+    path.write_bytes(text)
+
+    def outcome():
+        try:
+            return read_trec_run(path).rows()
+        except FormatError as error:
+            return str(error)
+
+    fast = outcome()
+    monkeypatch.setattr(formats, "_whitespace_table", lambda *args, **kwargs: None)
+    assert fast == outcome()

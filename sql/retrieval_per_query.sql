@@ -11,12 +11,15 @@
 -- uses the gain 2^grade - 1.
 -- Queries with no passage at or above $rel_level are not scored here (the caller counts them).
 --
--- Speed: only the rows that can still matter are ranked and joined to the qrels. With cut-offs
--- alone those are the rows scoring at least the max(k)-th best score of their query: ties at that
--- score are all kept, so the ranks below are exactly trec_eval's. AP and RR without a cut-off
--- need every row ranked, and only then is the whole run ranked.
-WITH depth_floor AS (
-    SELECT query_id, list_min(max(score, list_max($ks))) AS floor_score
+-- Speed and memory: the run is never sorted, exploded or held at once. For the cut-offs, one
+-- aggregate keeps each query's max(k) first doc ids in trec_eval's order (score, then doc id,
+-- both descending: exactly the largest (score, doc_id) pairs); each judged passage then finds its
+-- rank in that list. Only judged passages can add gain or relevance, so no other row is needed.
+-- AP and RR without a cut-off also need the rank of every relevant retrieved row below max(k):
+-- it is counted (1 + the rows of its query ranked above it) while the run streams past the
+-- relevant rows.
+WITH top_lists AS (
+    SELECT query_id, max_by(doc_id, {score: score, doc_id: doc_id}, list_max($ks)) AS docs
     FROM run
     GROUP BY query_id
 ),
@@ -29,34 +32,42 @@ scored AS (
     SELECT query_id, n_rel
     FROM judged
     WHERE n_rel > 0
-      AND ($complete OR query_id IN (SELECT query_id FROM depth_floor))
+      AND ($complete OR query_id IN (SELECT query_id FROM top_lists))
 ),
-candidates AS (
-    SELECT query_id, doc_id, score
-    FROM run
-    WHERE $need_uncut
-    UNION ALL
-    SELECT r.query_id, r.doc_id, r.score
+judged_top AS (
+    SELECT q.query_id, q.doc_id, list_position(t.docs, q.doc_id) AS rank, q.grade
+    FROM qrels AS q
+    JOIN top_lists AS t ON t.query_id = q.query_id
+    WHERE list_position(t.docs, q.doc_id) IS NOT NULL
+),
+relevant_retrieved AS (
+    SELECT r.query_id, r.doc_id, r.score, q.grade
     FROM run AS r
-    JOIN depth_floor AS f ON f.query_id = r.query_id
-    WHERE NOT $need_uncut AND r.score >= f.floor_score
+    JOIN qrels AS q ON q.query_id = r.query_id AND q.doc_id = r.doc_id
+    WHERE $need_uncut AND q.grade >= $rel_level
 ),
-ranked AS (
-    SELECT
-        query_id,
-        doc_id,
-        row_number() OVER (PARTITION BY query_id ORDER BY score DESC, doc_id DESC) AS rank
-    FROM candidates
+-- Rows ranked above a relevant row, counted while the run streams past the (small) relevant rows.
+above_relevant AS (
+    SELECT h.query_id, h.doc_id, count(*) AS above
+    FROM run AS r
+    JOIN relevant_retrieved AS h
+        ON r.query_id = h.query_id
+        AND (r.score > h.score OR (r.score = h.score AND r.doc_id > h.doc_id))
+    GROUP BY h.query_id, h.doc_id
+),
+relevant_below AS (
+    SELECT h.query_id, 1 + coalesce(a.above, 0) AS rank, h.grade
+    FROM relevant_retrieved AS h
+    LEFT JOIN above_relevant AS a ON a.query_id = h.query_id AND a.doc_id = h.doc_id
+    WHERE 1 + coalesce(a.above, 0) > list_max($ks)
 ),
 judged_rows AS (
-    SELECT
-        r.query_id,
-        r.rank,
-        greatest(coalesce(q.grade, 0), 0) AS gain,
-        coalesce(q.grade >= $rel_level, false) AS relevant
-    FROM ranked AS r
-    LEFT JOIN qrels AS q ON q.query_id = r.query_id AND q.doc_id = r.doc_id
-    WHERE r.rank <= list_max($ks) OR (q.grade >= $rel_level AND $need_uncut)
+    SELECT query_id, rank, greatest(grade, 0) AS gain, grade >= $rel_level AS relevant
+    FROM (
+        SELECT query_id, rank, grade FROM judged_top
+        UNION ALL
+        SELECT query_id, rank, grade FROM relevant_below
+    )
 ),
 ideal AS (
     SELECT

@@ -22,13 +22,25 @@ DEFAULT_MEASURES = ["nDCG@5", "nDCG@10", "P@5", "R@5", "RR", "AP"]
 
 
 def command_freeze(args: argparse.Namespace) -> int:
-    from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
+    import sys
 
-    manifest = freeze_snapshot(args.snapshot_dir)
+    from rag_eval_pipeline.lib.inputs.corpus import freeze
+
+    report = freeze(args.snapshot_dir, store=not args.no_store)
+    manifest = report.manifest
+    for problem in report.warnings:
+        print(f"warning: {problem}", file=sys.stderr)
     print(
         f"{manifest['snapshot_id']}: {manifest['document_count']} documents, "
         f"{manifest['passage_count']} passages, digest {manifest['corpus_digest']}"
     )
+    if not args.no_store:
+        base = manifest.get("base")
+        print(
+            f"  {report.parsed} documents parsed (the others were in the parse cache), "
+            f"{report.stored_bytes:,} bytes newly stored"
+            + (f"; manifest lists the changes from {base['snapshot_id']}" if base else "")
+        )
     return 0
 
 
@@ -197,8 +209,15 @@ def command_export_run(args: argparse.Namespace) -> int:
 
 
 def add_commands(commands) -> None:
-    freeze = commands.add_parser("freeze", help="write a snapshot's manifest digest")
+    freeze = commands.add_parser(
+        "freeze", help="write a snapshot's manifest digest and store its documents once"
+    )
     freeze.add_argument("snapshot_dir", type=Path)
+    freeze.add_argument(
+        "--no-store",
+        action="store_true",
+        help="write only the manifest (every document listed), leave the files as they are",
+    )
     freeze.set_defaults(handler=command_freeze)
 
     importer = commands.add_parser(

@@ -1,33 +1,52 @@
-"""Corpus snapshots: parsing documents into versioned passages and pinning them with a digest.
+"""Corpus snapshots: documents parsed into versioned passages, pinned by a content digest.
 
 A snapshot folder holds ``documents/<doc_id>@v<version>.md`` files (YAML front matter, then
 ``## `` sections) and a ``manifest.json`` written by ``rag-eval freeze``. Each section is one
 retrievable passage with the stable id ``<doc_id>@v<version>#s<n>``, so a revised document yields
 new ids and a golden item that points at the old version is visibly stale.
 
-The content digest is SHA-256 over a canonical serialisation of every passage (id, text and the
-document metadata), one JSON line per passage sorted by passage id. It is independent of file
-order, modification times and platform line endings. Per-document digests are kept in the
-manifest, so a mismatch names the documents that changed.
+The content digest (``DIGEST_ALGORITHM``) is SHA-256 over a canonical serialisation of every
+passage (id, text and the document metadata), one JSON line per passage sorted by passage id. It is
+independent of file order, modification times and platform line endings. A document digest is the
+same over one document version's passages alone; the manifest keeps them, so a mismatch names the
+documents that changed.
+
+Freezing and loading read each file's bytes once and hash them (the *file digest*, SHA-256 of the
+raw bytes); a document whose file digest is already known (the parse cache of the snapshot store,
+``lib.inputs.snapshot_store``) is not parsed again. Frozen snapshots are stored content-addressed
+there: each document version's bytes once, each snapshot a manifest of document versions and their
+digests, usually as the changes from the snapshot before it.
 """
 
 import datetime as dt
 import hashlib
 import json
+import os
 import re
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
 import yaml
+from yaml.resolver import Resolver
 
 from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.inputs import snapshot_store
+from rag_eval_pipeline.lib.inputs.snapshot_store import SnapshotStore
 
 DIGEST_ALGORITHM = "sha256:passage-jsonl:v1"
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = snapshot_store.MANIFEST_NAME
 DOCUMENT_STATUSES = ("current", "superseded", "withdrawn")
 REQUIRED_KEYS = ("doc_id", "title", "version", "effective_date", "status", "language")
 DOC_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+UTF8_BOM = "\ufeff"
+# Documents decoded together when the tables are read back from the canonical lines.
+TABLE_SLICE = 2048
+# ASCII white space (what ``str.rstrip`` removes) at the end of a line that is not the last.
+_ASCII_SPACE_BEFORE_NEWLINE = tuple(f"{c}\n" for c in " \t\x0b\x0c\x1c\x1d\x1e\x1f")
 
 PASSAGE_SCHEMA = {
     "passage_id": pl.String,
@@ -42,6 +61,18 @@ PASSAGE_SCHEMA = {
     "effective_date": pl.Date,
     "language": pl.String,
     "passage_digest": pl.String,
+}
+DOCUMENT_SCHEMA = {
+    "doc_version_id": pl.String,
+    "doc_id": pl.String,
+    "version": pl.Int64,
+    "title": pl.String,
+    "status": pl.String,
+    "superseded_by": pl.String,
+    "effective_date": pl.Date,
+    "language": pl.String,
+    "owner": pl.String,
+    "document_digest": pl.String,
 }
 
 
@@ -71,14 +102,18 @@ class Document:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A loaded snapshot: its passages as a Polars frame and the digests that pin it."""
+    """A loaded snapshot: its passages and documents as Polars frames and the digests that pin
+    it. ``parsed`` counts the documents parsed from their bytes (the others came from the parse
+    cache)."""
 
     snapshot_id: str
     corpus_digest: str
     passages: pl.DataFrame
     document_digests: dict[str, str]
     frozen_at: str | None = None
-    documents: tuple[Document, ...] = field(default=(), repr=False)
+    document_table: pl.DataFrame | None = field(default=None, repr=False)
+    file_digests: dict[str, str] = field(default_factory=dict, repr=False)
+    parsed: int = 0
 
     @property
     def document_count(self) -> int:
@@ -92,8 +127,21 @@ def passage_id(doc_id: str, version: int, section: int) -> str:
 
 def normalise_text(text: str) -> str:
     """Line endings to ``\\n``, trailing spaces stripped, outer blank lines removed."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(line.rstrip() for line in lines).strip()
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    elif _is_normalised(text):
+        return text
+    return "\n".join([line.rstrip() for line in text.split("\n")]).strip()
+
+
+def _is_normalised(text: str) -> bool:
+    """Whether ``normalise_text`` would return ``text`` unchanged (decided for ASCII text only,
+    where the white space ``str.rstrip`` removes is the ASCII list below)."""
+    return (
+        text.isascii()
+        and text == text.strip()
+        and not any(space in text for space in _ASCII_SPACE_BEFORE_NEWLINE)
+    )
 
 
 def _fail(source: str | Path, message: str, line: int | None = None) -> CorpusError:
@@ -101,22 +149,145 @@ def _fail(source: str | Path, message: str, line: int | None = None) -> CorpusEr
     return CorpusError(f"{where}: {message}")
 
 
-def parse_document(text: str, source: str | Path) -> Document:
-    """Parse one document file; every error names the file (and the line where it helps)."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    if not lines or lines[0].strip() != "---":
-        raise _fail(source, "document must start with a '---' front matter line", 1)
+# -- front matter ------------------------------------------------------------------------------
+
+# A front-matter line read without the YAML parser: ``key: value`` with a plain one-line value.
+# Anything else (quotes, comments, flow or block collections, tags, anchors, characters YAML treats
+# specially) goes to ``yaml.safe_load``, so the result is always what ``yaml.safe_load`` gives.
+_SIMPLE_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?: +([^ ].*?))? *")
+_UNSAFE_VALUE_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
+_UNSAFE_VALUE_CHARACTERS = re.compile(r"[:#\t\x85\u2028\u2029]")
+_YAML_NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
+# First characters for which YAML 1.1 may resolve a plain scalar to something other than a string
+# (bool, int, float, null, timestamp, merge, value); other values are strings without asking.
+_RESOLVABLE_START = frozenset("yYnNtTfFoO-+0123456789.<~=")
+_NULL_WORDS = frozenset({"null", "Null", "NULL"})
+_BOOL_WORDS = frozenset(
+    [
+        "yes",
+        "Yes",
+        "YES",
+        "no",
+        "No",
+        "NO",
+        "true",
+        "True",
+        "TRUE",
+        "false",
+        "False",
+        "FALSE",
+        "on",
+        "On",
+        "ON",
+        "off",
+        "Off",
+        "OFF",
+    ]
+)
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_ISO_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+_STR_TAG = "tag:yaml.org,2002:str"
+_UNRESOLVED = object()
+
+
+@lru_cache(maxsize=4096)
+def _plain_scalar(value: str) -> object:
+    """A plain one-line YAML scalar as ``yaml.safe_load`` constructs it, or ``_UNRESOLVED`` when
+    only the YAML parser should decide (octal or sexagesimal ints, floats, bools, ...)."""
+    if not value:
+        return None
+    if value[0] not in _RESOLVABLE_START:
+        return value
+    if value[0].isalpha():
+        # Only YAML 1.1's exact bool and null words resolve to something else.
+        if value in _NULL_WORDS:
+            return None
+        return _UNRESOLVED if value in _BOOL_WORDS else value
+    tag = Resolver().resolve(yaml.ScalarNode, value, (True, False))
+    if tag == _STR_TAG:
+        return value
+    if tag == "tag:yaml.org,2002:null":
+        return None
+    if tag == "tag:yaml.org,2002:int" and _DECIMAL.fullmatch(value):
+        return int(value)
+    date = _ISO_DATE.fullmatch(value)
+    if tag == "tag:yaml.org,2002:timestamp" and date:
+        return dt.date(int(date[1]), int(date[2]), int(date[3]))
+    return _UNRESOLVED
+
+
+def _simple_front_matter(lines: Sequence[str]) -> dict | None:
+    """The front matter as a mapping when every line is a simple ``key: value``; else None."""
+    meta: dict = {}
+    for line in lines:
+        if not line:
+            continue
+        match = _SIMPLE_LINE.fullmatch(line)
+        if match is None:
+            return None
+        key, value = match[1], match[2] or ""
+        if value and (value[0] in _UNSAFE_VALUE_START or _UNSAFE_VALUE_CHARACTERS.search(value)):
+            return None
+        if _plain_scalar(key) != key:
+            return None
+        scalar = _plain_scalar(value)
+        if scalar is _UNRESOLVED:
+            return None
+        meta[key] = scalar
+    return meta
+
+
+def front_matter(lines: Sequence[str], source: str | Path) -> dict:
+    """The front matter lines (between the ``---`` lines) as ``yaml.safe_load`` reads them.
+
+    Simple ``key: value`` lines are read directly (about a hundred times faster); any other YAML
+    goes through ``yaml.safe_load``, so the mapping is always the one the YAML parser gives.
+    """
+    text = "\n".join(lines)
+    if not _YAML_NON_PRINTABLE.search(text):
+        simple = _simple_front_matter(lines)
+        if simple is not None:
+            return simple
     try:
-        end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
-    except StopIteration:
-        raise _fail(source, "front matter is not closed by a '---' line", 1) from None
-    try:
-        meta = yaml.safe_load("\n".join(lines[1:end])) or {}
+        meta = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise _fail(source, f"front matter is not valid YAML: {exc}", 2) from None
+    except ValueError as exc:  # e.g. a timestamp YAML matches but the calendar does not have
+        raise _fail(source, f"front matter has an invalid value: {exc}", 2) from None
     if not isinstance(meta, dict):
         raise _fail(source, "front matter must be a mapping of keys to values", 2)
+    return meta
+
+
+# -- documents ---------------------------------------------------------------------------------
+
+
+def _heading_starts(body: str) -> list[int]:
+    """Offsets of the lines of ``body`` that start with ``## `` (a section heading)."""
+    starts = [0] if body.startswith("## ") else []
+    position = body.find("\n## ")
+    while position >= 0:
+        starts.append(position + 1)
+        position = body.find("\n## ", position + 1)
+    return starts
+
+
+def parse_document(text: str, source: str | Path) -> Document:
+    """Parse one document file; every error names the file (and the line where it helps).
+
+    A UTF-8 byte order mark at the start is ignored.
+    """
+    if text.startswith(UTF8_BOM):
+        text = text[1:]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if lines[0].strip() != "---":
+        raise _fail(source, "document must start with a '---' front matter line", 1)
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:
+        raise _fail(source, "front matter is not closed by a '---' line", 1)
+    meta = front_matter(lines[1:end], source)
     for key in REQUIRED_KEYS:
         if meta.get(key) in (None, ""):
             what = "document without a version" if key == "version" else f"missing '{key}'"
@@ -141,21 +312,19 @@ def parse_document(text: str, source: str | Path) -> Document:
     if not isinstance(effective, dt.date):
         raise _fail(source, f"effective_date {effective!r} is not YYYY-MM-DD", 2)
 
+    body = "\n".join(lines[end + 1 :])
+    headings = _heading_starts(body)
+    preamble = body[: headings[0]] if headings else body
+    if preamble.strip():
+        offset = next(i for i, line in enumerate(preamble.split("\n")) if line.strip())
+        raise _fail(source, "text before the first '## ' section heading", end + 2 + offset)
     sections: list[tuple[str, str]] = []
-    heading: str | None = None
-    body: list[str] = []
-    for number, line in enumerate(lines[end + 1 :], start=end + 2):
-        if line.startswith("## "):
-            if heading is not None:
-                sections.append((heading, normalise_text("\n".join(body))))
-            heading, body = line[3:].strip(), []
-        elif heading is None:
-            if line.strip():
-                raise _fail(source, "text before the first '## ' section heading", number)
-        else:
-            body.append(line)
-    if heading is not None:
-        sections.append((heading, normalise_text("\n".join(body))))
+    for position, start in enumerate(headings):
+        line_end = body.find("\n", start)
+        line_end = len(body) if line_end < 0 else line_end
+        stop = headings[position + 1] if position + 1 < len(headings) else len(body)
+        title = body[start + 3 : line_end].strip()
+        sections.append((title, normalise_text(body[line_end + 1 : stop])))
     if not sections:
         raise _fail(source, "document has no '## ' sections")
     for index, (title, content) in enumerate(sections, start=1):
@@ -177,96 +346,331 @@ def parse_document(text: str, source: str | Path) -> Document:
     )
 
 
-def _canonical_passage(document: Document, section: int, title: str, text: str) -> str:
-    record = {
-        "passage_id": passage_id(document.doc_id, document.version, section),
-        "doc_id": document.doc_id,
-        "version": document.version,
-        "status": document.status,
-        "superseded_by": document.superseded_by,
-        "effective_date": document.effective_date.isoformat(),
-        "language": document.language,
-        "title": normalise_text(document.title),
-        "section_title": normalise_text(title),
-        "text": normalise_text(text),
-    }
-    return json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+# -- the canonical serialisation and the digests -------------------------------------------------
+
+# ``json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))`` encodes
+# strings with exactly this function; building the line from it gives the same bytes faster.
+_json_string = json.encoder.encode_basestring
+
+
+def canonical_lines(document: Document) -> list[str]:
+    """The canonical JSON line of each section, in section order.
+
+    Each line is ``json.dumps`` of ``{passage_id, doc_id, version, status, superseded_by,
+    effective_date, language, title, section_title, text}`` with sorted keys, no spaces and
+    non-ASCII kept, titles and text normalised (``normalise_text``).
+    """
+    sections = [(normalise_text(title), normalise_text(text)) for title, text in document.sections]
+    return _canonical_lines(document, sections)
+
+
+def _canonical_lines(document: Document, sections: Sequence[tuple[str, str]]) -> list[str]:
+    """``canonical_lines`` of a document whose ``sections`` are normalised already (as parsed)."""
+    head = (
+        '{"doc_id":'
+        + _json_string(document.doc_id)
+        + ',"effective_date":'
+        + _json_string(document.effective_date.isoformat())
+        + ',"language":'
+        + _json_string(document.language)
+        + ',"passage_id":'
+        + _json_string(f"{document.doc_id}@v{document.version}#s")[:-1]
+    )
+    middle = (
+        ',"status":'
+        + _json_string(document.status)
+        + ',"superseded_by":'
+        + ("null" if document.superseded_by is None else _json_string(document.superseded_by))
+        + ',"text":'
+    )
+    tail = (
+        ',"title":'
+        + _json_string(normalise_text(document.title))
+        + ',"version":'
+        + str(document.version)
+        + "}"
+    )
+    return [
+        f'{head}{number}","section_title":{_json_string(title)}{middle}{_json_string(text)}{tail}'
+        for number, (title, text) in enumerate(sections, start=1)
+    ]
 
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def passages_of(documents: list[Document]) -> pl.DataFrame:
+# Per document version: what the digests, the manifest and the tables are built from. The parse
+# cache of the snapshot store keeps these rows by file digest.
+CANONICAL_SCHEMA = {
+    "doc_version_id": pl.String,
+    "title": pl.String,
+    "owner": pl.String,
+    "status": pl.String,
+    "document_digest": pl.String,
+    "block": pl.String,
+    "passage_digests": pl.List(pl.String),
+}
+_LINE_SCHEMA = pl.Struct(
+    {
+        "doc_id": pl.String,
+        "effective_date": pl.String,
+        "language": pl.String,
+        "passage_id": pl.String,
+        "section_title": pl.String,
+        "status": pl.String,
+        "superseded_by": pl.String,
+        "text": pl.String,
+        "title": pl.String,
+        "version": pl.Int64,
+    }
+)
+
+
+def canonical_row(document: Document, lines: Sequence[str] | None = None) -> dict:
+    """The document's row of ``CANONICAL_SCHEMA``: its block (canonical lines sorted by passage
+    id), document digest and passage digests, with what the tables need beyond the lines (the
+    title as written, the owner)."""
+    if lines is None:
+        lines = canonical_lines(document)
+    numbers = map(str, range(1, len(lines) + 1))
+    ordered = [line for _, line in sorted(zip(numbers, lines, strict=True))]
+    block = "\n".join(ordered)
+    return {
+        "doc_version_id": document.version_id,
+        "title": document.title,
+        "owner": document.owner,
+        "status": document.status,
+        "document_digest": _sha256(block),
+        "block": block,
+        "passage_digests": [_sha256(line) for line in ordered],
+    }
+
+
+def canonical_frame(rows: Sequence[dict] | pl.DataFrame) -> pl.DataFrame:
+    """Rows of ``CANONICAL_SCHEMA`` as a frame sorted by version id."""
+    frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, schema=CANONICAL_SCHEMA)
+    return frame.select(list(CANONICAL_SCHEMA)).sort("doc_version_id")
+
+
+def digest_of(canonical: pl.DataFrame) -> str:
+    """The corpus digest of a canonical frame sorted by version id.
+
+    The passage ids of one document version (``<doc>@v<n>#s<k>``) sort next to each other, and
+    their blocks sort in the order of the version ids (doc ids have no ``@`` or ``#``, versions
+    no leading zeros), so the blocks joined by newlines in version-id order are every canonical
+    line sorted by passage id, exactly what ``DIGEST_ALGORITHM`` hashes.
+    """
+    total = hashlib.sha256()
+    blocks = canonical["block"].cast(pl.Binary)
+    for start in range(0, blocks.len(), 4096):
+        for position, block in enumerate(blocks.slice(start, 4096).to_list(), start):
+            if position:
+                total.update(b"\n")
+            total.update(block)
+    return total.hexdigest()
+
+
+def tables_of(canonical: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The passages (``PASSAGE_SCHEMA``, sorted by passage id) and documents
+    (``DOCUMENT_SCHEMA``) frames, read back from the canonical lines themselves, so the staged
+    rows are exactly what the digest pins.
+
+    ``canonical`` is sorted by version id and each block's lines by passage id, so its lines in
+    order are already sorted by passage id (``digest_of``); they are decoded
+    ``TABLE_SLICE`` documents at a time, which keeps the decoding's memory to a slice."""
+    slices = [
+        _passages_of(canonical.slice(start, TABLE_SLICE))
+        for start in range(0, canonical.height, TABLE_SLICE)
+    ]
+    passages = pl.concat(slices) if slices else _passages_of(canonical)
+    return passages, _documents_of(canonical)
+
+
+_DECODED = pl.col("line").str.json_decode(_LINE_SCHEMA).alias("fields")
+
+
+def _passages_of(canonical: pl.DataFrame) -> pl.DataFrame:
+    return (
+        canonical.lazy()
+        .select(
+            pl.col("title").alias("raw_title"),
+            pl.col("block").str.split("\n").alias("line"),
+            pl.col("passage_digests").alias("passage_digest"),
+        )
+        .explode("line", "passage_digest")
+        .select("raw_title", "passage_digest", _DECODED)
+        .unnest("fields")
+        .select(
+            "passage_id",
+            "doc_id",
+            "version",
+            pl.col("passage_id").str.extract(r"#s([0-9]+)$").cast(pl.Int64).alias("section"),
+            pl.col("raw_title").alias("title"),
+            "section_title",
+            "text",
+            "status",
+            "superseded_by",
+            pl.col("effective_date").str.to_date("%Y-%m-%d"),
+            "language",
+            "passage_digest",
+        )
+        .cast(PASSAGE_SCHEMA)
+        .collect()
+    )
+
+
+def _documents_of(canonical: pl.DataFrame) -> pl.DataFrame:
+    return (
+        canonical.lazy()
+        .select(
+            "doc_version_id",
+            pl.col("title").alias("raw_title"),
+            "owner",
+            "document_digest",
+            pl.col("block").str.extract(r"^([^\n]*)").alias("line"),
+        )
+        .with_columns(_DECODED)
+        .unnest("fields")
+        .select(
+            "doc_version_id",
+            "doc_id",
+            "version",
+            pl.col("raw_title").alias("title"),
+            "status",
+            "superseded_by",
+            pl.col("effective_date").str.to_date("%Y-%m-%d"),
+            "language",
+            "owner",
+            "document_digest",
+        )
+        .cast(DOCUMENT_SCHEMA)
+        .collect()
+    )
+
+
+def passages_of(documents: Iterable[Document]) -> pl.DataFrame:
     """One row per passage, sorted by passage id, with each passage's canonical digest."""
-    rows = []
-    for document in documents:
-        for section, (title, text) in enumerate(document.sections, start=1):
-            rows.append(
-                {
-                    "passage_id": passage_id(document.doc_id, document.version, section),
-                    "doc_id": document.doc_id,
-                    "version": document.version,
-                    "section": section,
-                    "title": document.title,
-                    "section_title": title,
-                    "text": text,
-                    "status": document.status,
-                    "superseded_by": document.superseded_by,
-                    "effective_date": document.effective_date,
-                    "language": document.language,
-                    "passage_digest": _sha256(_canonical_passage(document, section, title, text)),
-                }
-            )
-    return pl.DataFrame(rows, schema=PASSAGE_SCHEMA).sort("passage_id")
+    return tables_of(canonical_frame([canonical_row(d) for d in documents]))[0]
 
 
-def corpus_digest(documents: list[Document]) -> tuple[str, dict[str, str]]:
+def corpus_digest(documents: Iterable[Document]) -> tuple[str, dict[str, str]]:
     """The corpus digest and the per-document digests (keyed by ``doc_id@vN``).
 
     Convention: each passage is serialised as canonical JSON (sorted keys, normalised text);
     the corpus digest is SHA-256 over those lines sorted by passage id and joined by newlines.
     A document digest is the same over that document's passages alone.
     """
-    by_document: dict[str, list[tuple[str, str]]] = {}
-    for document in documents:
-        lines = by_document.setdefault(document.version_id, [])
-        for section, (title, text) in enumerate(document.sections, start=1):
-            lines.append(
-                (
-                    passage_id(document.doc_id, document.version, section),
-                    _canonical_passage(document, section, title, text),
-                )
+    canonical = canonical_frame([canonical_row(d) for d in documents])
+    return digest_of(canonical), dict(canonical.select("doc_version_id", "document_digest").rows())
+
+
+# -- reading a snapshot folder -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentFile:
+    """One document file as read: its bytes, their SHA-256 (the file digest) and its inode."""
+
+    path: Path
+    version_id: str
+    data: bytes | None
+    file_digest: str
+    inode: tuple[int, int]
+    links: int
+    size: int
+    symlink: bool = False
+
+    def content(self) -> bytes:
+        """The bytes that were hashed: kept, or read again and checked against the digest."""
+        if self.data is not None:
+            return self.data
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise _fail(self.path, f"cannot be read: {exc.strerror}") from None
+        if hashlib.sha256(data).hexdigest() != self.file_digest:
+            raise _fail(self.path, "changed while the snapshot was being read")
+        return data
+
+    def text(self) -> str:
+        """The file as text; a file that is not UTF-8 fails naming the file and the byte."""
+        try:
+            return self.content().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(
+                self.path, f"not UTF-8 text ({exc.reason} at byte offset {exc.start})"
+            ) from None
+
+
+def read_document_file(
+    path: Path, snapshot_dir: Path, symlink: bool | None = None, keep: bool = True
+) -> DocumentFile:
+    """Read and hash one file of ``documents/`` (keeping its bytes unless ``keep`` is False); a
+    symbolic link leading outside the snapshot is refused."""
+    symlink = path.is_symlink() if symlink is None else symlink
+    if symlink:
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(Path(os.path.realpath(snapshot_dir))):
+            raise _fail(
+                path,
+                f"symbolic link to {target}, outside the snapshot: a snapshot holds its own "
+                "files (copy the document into documents/ instead)",
             )
-    document_digests = {
-        version_id: _sha256("\n".join(line for _, line in sorted(lines)))
-        for version_id, lines in sorted(by_document.items())
-    }
-    every_line = sorted(pair for lines in by_document.values() for pair in lines)
-    return _sha256("\n".join(line for _, line in every_line)), document_digests
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+            status = os.fstat(handle.fileno())
+    except OSError as exc:
+        raise _fail(path, f"cannot be read: {exc.strerror}") from None
+    return DocumentFile(
+        path,
+        path.name.removesuffix(".md"),
+        data if keep else None,
+        hashlib.sha256(data).hexdigest(),
+        (status.st_dev, status.st_ino),
+        status.st_nlink,
+        len(data),
+        symlink,
+    )
 
 
-def read_documents(snapshot_dir: Path) -> list[Document]:
-    """Parse every document of a snapshot folder, checking ids, versions and duplicates."""
+def read_files(snapshot_dir: Path, *, keep: bool = True) -> list[DocumentFile]:
+    """Every ``documents/*.md`` file of a snapshot folder, read and hashed once, by name (the
+    bytes kept in memory unless ``keep`` is False: a file is then read again only to parse it)."""
     folder = snapshot_dir / "documents"
     if not folder.is_dir():
         raise _fail(snapshot_dir, "snapshot has no 'documents/' folder")
-    documents: list[Document] = []
-    seen: dict[str, str] = {}
-    for path in sorted(folder.glob("*.md")):
-        document = parse_document(path.read_text(encoding="utf-8"), path)
-        if path.stem != document.version_id:
-            raise _fail(path, f"file name should be {document.version_id}.md for its front matter")
-        if document.version_id in seen:
-            raise _fail(
-                path, f"{document.version_id} is also defined in {seen[document.version_id]}"
-            )
-        seen[document.version_id] = str(path)
-        documents.append(document)
-    if not documents:
+    with os.scandir(folder) as entries:
+        found = sorted(
+            (entry.name, entry.is_symlink()) for entry in entries if entry.name.endswith(".md")
+        )
+    if not found:
         raise _fail(folder, "no '*.md' documents found")
+    return [read_document_file(folder / name, snapshot_dir, link, keep) for name, link in found]
+
+
+def parse_file(document_file: DocumentFile) -> Document:
+    """Parse one read file, checking that its name is its ``doc_id@vN``."""
+    document = parse_document(document_file.text(), document_file.path)
+    if document_file.version_id != document.version_id:
+        raise _fail(
+            document_file.path, f"file name should be {document.version_id}.md for its front matter"
+        )
+    return document
+
+
+def _check_versions(documents: Sequence[Document], folder: Path) -> None:
+    """One file per document version and at most one current version per document."""
+    seen: dict[str, str] = {}
     current: dict[str, list[str]] = {}
     for document in documents:
+        if document.version_id in seen:
+            raise _fail(
+                document.source,
+                f"{document.version_id} is also defined in {seen[document.version_id]}",
+            )
+        seen[document.version_id] = document.source
         if document.status == "current":
             current.setdefault(document.doc_id, []).append(document.version_id)
     for doc_id, versions in current.items():
@@ -274,25 +678,108 @@ def read_documents(snapshot_dir: Path) -> list[Document]:
             raise _fail(
                 folder, f"{doc_id} has more than one current version: {', '.join(versions)}"
             )
+
+
+def read_documents(snapshot_dir: Path) -> list[Document]:
+    """Parse every document of a snapshot folder, checking ids, versions and duplicates."""
+    documents = [parse_file(document_file) for document_file in read_files(Path(snapshot_dir))]
+    _check_versions(documents, Path(snapshot_dir) / "documents")
     return documents
 
 
+def _check_canonical(canonical: pl.DataFrame, folder: Path) -> None:
+    """One file per document version and at most one current version per document."""
+    versions = canonical["doc_version_id"].to_list()
+    if len(set(versions)) < len(versions):
+        repeated = canonical.filter(pl.col("doc_version_id").is_duplicated())
+        version_id = repeated["doc_version_id"][0]
+        raise _fail(folder, f"{version_id} is defined by more than one file")
+    current = (
+        canonical.filter(pl.col("status") == "current")
+        .with_columns(pl.col("doc_version_id").str.extract(r"^(.*)@v[0-9]+$").alias("doc_id"))
+        .group_by("doc_id")
+        .agg(pl.col("doc_version_id").sort())
+        .filter(pl.col("doc_version_id").list.len() > 1)
+        .sort("doc_id")
+    )
+    if current.height:
+        doc_id, both = current.row(0)
+        raise _fail(folder, f"{doc_id} has more than one current version: {', '.join(both)}")
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """Every file's canonical row (``canonical``, sorted by version id, with ``file_digest``)
+    and the rows that were parsed from their bytes rather than found in the parse cache."""
+
+    canonical: pl.DataFrame
+    parsed: pl.DataFrame
+
+
+def _resolve(files: Sequence[DocumentFile], store: SnapshotStore | None, folder: Path) -> _Resolved:
+    """Each file's canonical row: from the parse cache when its file digest is there (and names
+    the same version), else parsed. Every file is checked before anything is returned."""
+    wanted = pl.DataFrame(
+        {
+            "file_digest": [f.file_digest for f in files],
+            "doc_version_id": [f.version_id for f in files],
+        },
+        schema={"file_digest": pl.String, "doc_version_id": pl.String},
+    )
+    cached = store.cached_rows(wanted, CANONICAL_SCHEMA) if store else None
+    hits = set() if cached is None else set(cached["file_digest"].to_list())
+    columns: dict[str, list] = {"file_digest": [], **{name: [] for name in CANONICAL_SCHEMA}}
+    for document_file in files:
+        if document_file.file_digest not in hits:
+            document = parse_file(document_file)
+            row = canonical_row(document, _canonical_lines(document, document.sections))
+            columns["file_digest"].append(document_file.file_digest)
+            for name, value in row.items():
+                columns[name].append(value)
+    parsed = pl.DataFrame(columns, schema={"file_digest": pl.String, **CANONICAL_SCHEMA})
+    canonical = parsed if cached is None or not cached.height else cached
+    if cached is not None and cached.height and parsed.height:
+        canonical = pl.concat([parsed, cached], how="vertical")
+    if not canonical["doc_version_id"].is_sorted():
+        canonical = canonical.sort("doc_version_id")
+    _check_canonical(canonical, folder / "documents")
+    return _Resolved(canonical, parsed)
+
+
+# -- manifests ---------------------------------------------------------------------------------
+
+
 def read_manifest(snapshot_dir: Path) -> dict:
-    path = snapshot_dir / MANIFEST_NAME
+    """The snapshot's manifest as written, checked for its keys (``documents`` a mapping)."""
+    path = Path(snapshot_dir) / MANIFEST_NAME
     if not path.is_file():
         raise _fail(snapshot_dir, f"no {MANIFEST_NAME}: freeze it first with 'rag-eval freeze'")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise _fail(path, f"not valid JSON: {exc.msg}", exc.lineno) from None
-    for key in ("snapshot_id", "corpus_digest", "documents"):
-        if key not in manifest:
-            raise _fail(path, f"manifest has no '{key}'")
-    return manifest
+    except UnicodeDecodeError as exc:
+        raise _fail(path, f"not UTF-8 text ({exc.reason} at byte offset {exc.start})") from None
+    try:
+        return snapshot_store.checked_manifest(manifest)
+    except ValueError as problem:
+        raise _fail(path, str(problem)) from None
 
 
-def _describe_mismatch(manifest: dict, document_digests: dict[str, str]) -> str:
-    frozen = {key: value["digest"] for key, value in manifest["documents"].items()}
+def resolved_manifest(snapshot_dir: Path) -> tuple[dict, dict[str, dict], SnapshotStore | None]:
+    """The manifest, every document version's entry (a delta manifest applied to its bases), and
+    the snapshot store it names (None for a manifest without one)."""
+    snapshot_dir = Path(snapshot_dir)
+    manifest = read_manifest(snapshot_dir)
+    store = snapshot_store.store_of(snapshot_dir, manifest)
+    try:
+        entries = snapshot_store.resolve_entries(manifest, store)
+    except ValueError as problem:
+        raise _fail(snapshot_dir / MANIFEST_NAME, str(problem)) from None
+    return manifest, entries, store
+
+
+def _describe_mismatch(frozen: dict[str, str], document_digests: dict[str, str]) -> str:
     changed = sorted(
         k for k in frozen.keys() & document_digests.keys() if frozen[k] != document_digests[k]
     )
@@ -308,71 +795,199 @@ def _describe_mismatch(manifest: dict, document_digests: dict[str, str]) -> str:
     return "; ".join(parts) or "document digests agree but the corpus digest differs"
 
 
-def load_snapshot(snapshot_dir: Path | str, *, verify: bool = True) -> Snapshot:
+@dataclass(frozen=True)
+class SnapshotFiles:
+    """A snapshot folder as read, nothing parsed: its manifest, every document version's
+    manifest entry (a delta manifest applied to its bases), its store, and its files with their
+    file digests."""
+
+    folder: Path
+    manifest: dict
+    entries: dict[str, dict]
+    store: SnapshotStore | None
+    files: list[DocumentFile]
+
+    @property
+    def file_digests(self) -> dict[str, str]:
+        """``doc_id@vN -> SHA-256 of the file's bytes``."""
+        return {f.version_id: f.file_digest for f in self.files}
+
+
+def _stored_files(
+    snapshot_dir: Path, entries: dict[str, dict], store: SnapshotStore
+) -> list[DocumentFile]:
+    """The files of a snapshot folder without ``documents/``: the stored objects it lists."""
+    files = []
+    for version_id, entry in sorted(entries.items()):
+        digest = entry.get("sha256")
+        path = store.object_path(digest) if isinstance(digest, str) else None
+        if path is None or not path.is_file():
+            raise _fail(
+                snapshot_dir / MANIFEST_NAME,
+                f"{version_id}: no documents/ file and no stored copy {digest} in {store.root}",
+            )
+        stored = read_document_file(path, path.parent)
+        files.append(
+            replace(
+                stored, path=snapshot_dir / "documents" / f"{version_id}.md", version_id=version_id
+            )
+        )
+    return files
+
+
+def read_snapshot(snapshot_dir: Path | str) -> SnapshotFiles:
+    """Read a frozen snapshot's manifest and files (each file read and hashed once)."""
+    snapshot_dir = Path(snapshot_dir)
+    manifest, entries, store = resolved_manifest(snapshot_dir)
+    if not (snapshot_dir / "documents").is_dir() and store is not None and entries:
+        files = _stored_files(snapshot_dir, entries, store)
+    else:
+        files = read_files(snapshot_dir, keep=False)
+    return SnapshotFiles(snapshot_dir, manifest, entries, store, files)
+
+
+def load_snapshot(
+    snapshot_dir: Path | str, *, verify: bool = True, read: SnapshotFiles | None = None
+) -> Snapshot:
     """Load a snapshot folder and verify it against its manifest digest.
 
-    Raises ``CorpusError`` naming the manifest and the documents that changed when the files no
-    longer match the digest they were frozen with.
+    Each file is read and hashed once; documents whose file digest is in the snapshot store's
+    parse cache are not parsed again. Raises ``CorpusError`` naming the manifest and the
+    documents that changed when the files no longer match the digest they were frozen with (a
+    stored file edited in place fails the same way). ``read`` is the folder as already read
+    (``read_snapshot``); ``verify=False`` reads the documents alone, without a manifest.
     """
     snapshot_dir = Path(snapshot_dir)
-    documents = read_documents(snapshot_dir)
-    digest, document_digests = corpus_digest(documents)
+    if verify:
+        read = read or read_snapshot(snapshot_dir)
+        files, store = read.files, read.store
+    else:
+        files, store = read_files(snapshot_dir), None
+    resolved = _resolve(files, store, snapshot_dir)
+    digest = digest_of(resolved.canonical)
+    document_digests = dict(resolved.canonical.select("doc_version_id", "document_digest").rows())
     frozen_at = None
     snapshot_id = snapshot_dir.name
     if verify:
-        manifest = read_manifest(snapshot_dir)
-        if manifest["corpus_digest"] != digest:
+        if read.manifest["corpus_digest"] != digest:
+            frozen = {key: value["digest"] for key, value in read.entries.items()}
             raise _fail(
                 snapshot_dir / MANIFEST_NAME,
                 f"snapshot files no longer match the manifest digest "
-                f"{manifest['corpus_digest'][:12]} (now {digest[:12]}): "
-                f"{_describe_mismatch(manifest, document_digests)}",
+                f"{read.manifest['corpus_digest'][:12]} (now {digest[:12]}): "
+                f"{_describe_mismatch(frozen, document_digests)}",
             )
-        frozen_at = manifest.get("frozen_at")
-        snapshot_id = manifest["snapshot_id"]
+        frozen_at = read.manifest.get("frozen_at")
+        snapshot_id = read.manifest["snapshot_id"]
+    passages, document_table = tables_of(resolved.canonical)
     return Snapshot(
         snapshot_id=snapshot_id,
         corpus_digest=digest,
-        passages=passages_of(documents),
+        passages=passages,
         document_digests=document_digests,
         frozen_at=frozen_at,
-        documents=tuple(documents),
+        document_table=document_table,
+        file_digests={f.version_id: f.file_digest for f in files},
+        parsed=resolved.parsed.height,
     )
 
 
-def freeze_snapshot(snapshot_dir: Path | str, frozen_at: str | None = None) -> dict:
-    """Write ``manifest.json`` with the corpus digest and per-document digests.
+@dataclass(frozen=True)
+class FreezeReport:
+    """What a freeze wrote: the manifest (every document listed), how many documents were
+    parsed (the others came from the parse cache), and the bytes newly stored."""
 
-    The manifest is written to a temporary name and renamed, so a failed freeze leaves the
-    previous manifest in place.
+    manifest: dict
+    parsed: int
+    stored_bytes: int
+    warnings: tuple[str, ...] = ()
+
+
+def freeze(
+    snapshot_dir: Path | str,
+    frozen_at: str | None = None,
+    *,
+    store: SnapshotStore | bool | None = True,
+) -> FreezeReport:
+    """Freeze a snapshot folder: its manifest with the corpus digest and every document
+    version's digests, and (with a store) its files stored content-addressed.
+
+    ``store`` is the snapshot store (``True``: ``<corpus root>/.snapshot_store`` beside the
+    folder; ``None`` or ``False``: write only a manifest listing every document, as before the
+    store existed). With a store, each document version's bytes are kept once (the files in
+    ``documents/`` become hard links to the stored copies), documents whose bytes were frozen
+    before are not parsed again, and the manifest lists only the changes from the snapshot before
+    it when they are few (``lib.inputs.snapshot_store``).
+
+    Every file is read, checked and parsed before anything is written, so bad input writes
+    nothing; the manifest is written to a temporary name and renamed, so a failed freeze leaves
+    the previous manifest in place.
     """
     snapshot_dir = Path(snapshot_dir)
-    documents = read_documents(snapshot_dir)
-    digest, document_digests = corpus_digest(documents)
-    by_version = {document.version_id: document for document in documents}
-    manifest = {
+    if store is True:
+        store = SnapshotStore.beside(snapshot_dir)
+    elif store is False:
+        store = None
+    files = read_files(snapshot_dir)
+    resolved = _resolve(files, store, snapshot_dir)
+    canonical = resolved.canonical
+    by_version = {
+        version_id: (status, digest)
+        for version_id, status, digest in canonical.select(
+            "doc_version_id", "status", "document_digest"
+        ).iter_rows()
+    }
+    entries = {
+        f.version_id: {
+            "file": f"documents/{f.version_id}.md",
+            "status": by_version[f.version_id][0],
+            "digest": by_version[f.version_id][1],
+            **({"sha256": f.file_digest, "bytes": f.size} if store else {}),
+        }
+        for f in files
+    }
+    header = {
         "snapshot_id": snapshot_dir.name,
         "digest_algorithm": DIGEST_ALGORITHM,
-        "corpus_digest": digest,
+        "corpus_digest": digest_of(canonical),
         "frozen_at": frozen_at or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-        "document_count": len(documents),
-        "passage_count": sum(len(document.sections) for document in documents),
-        "documents": {
-            version_id: {
-                "file": f"documents/{version_id}.md",
-                "status": by_version[version_id].status,
-                "digest": document_digest,
-            }
-            for version_id, document_digest in document_digests.items()
-        },
+        "document_count": len(files),
+        "passage_count": int(canonical["passage_digests"].list.len().sum()),
     }
-    target = snapshot_dir / MANIFEST_NAME
-    temporary = target.with_suffix(".json.tmp")
-    temporary.write_text(
-        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    temporary.replace(target)
-    return manifest
+    parsed = resolved.parsed.height
+    if store is None:
+        snapshot_store.write_manifest(snapshot_dir, {**header, "documents": entries})
+        return FreezeReport({**header, "documents": entries}, parsed, 0)
+    previous = _previous_entries(snapshot_dir, store)
+    store.add_cached_rows(resolved.parsed)
+    stored, problems = store.add_files(files, previous)
+    written = snapshot_store.write_store_manifest(snapshot_dir, store, header, entries)
+    manifest = {**written, "documents": entries}
+    manifest.pop("removed", None)
+    return FreezeReport(manifest, parsed, stored, tuple(problems))
+
+
+def freeze_snapshot(
+    snapshot_dir: Path | str,
+    frozen_at: str | None = None,
+    *,
+    store: SnapshotStore | bool | None = True,
+) -> dict:
+    """``freeze`` and return the manifest with every document listed (warnings as warnings)."""
+    report = freeze(snapshot_dir, frozen_at, store=store)
+    for problem in report.warnings:
+        warnings.warn(problem, stacklevel=2)
+    return report.manifest
+
+
+def _previous_entries(snapshot_dir: Path, store: SnapshotStore) -> dict[str, dict]:
+    """The entries this folder was frozen with before, if it was (to spot files edited in place
+    while they were hard links to their stored copy)."""
+    try:
+        manifest = read_manifest(snapshot_dir)
+        return snapshot_store.resolve_entries(manifest, store)
+    except (CorpusError, ValueError, OSError):
+        return {}
 
 
 def choose_snapshot(
@@ -409,24 +1024,7 @@ def snapshot_tables(snapshot: Snapshot, loaded_at: dt.datetime) -> dict[str, pl.
     ``corpus_documents`` and ``corpus_passages``, each carrying the corpus digest."""
     digest = snapshot.corpus_digest
     passages = snapshot.passages.with_columns(pl.lit(digest).alias("corpus_digest"))
-    documents = pl.DataFrame(
-        [
-            {
-                "corpus_digest": digest,
-                "doc_version_id": d.version_id,
-                "doc_id": d.doc_id,
-                "version": d.version,
-                "title": d.title,
-                "status": d.status,
-                "superseded_by": d.superseded_by,
-                "effective_date": d.effective_date,
-                "language": d.language,
-                "owner": d.owner,
-                "document_digest": snapshot.document_digests[d.version_id],
-            }
-            for d in snapshot.documents
-        ]
-    )
+    documents = snapshot.document_table.with_columns(pl.lit(digest).alias("corpus_digest"))
     summary = pl.DataFrame(
         [
             {

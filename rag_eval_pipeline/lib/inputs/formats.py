@@ -52,12 +52,13 @@ behind and never overwrites an existing snapshot or golden set.
 
 import datetime as dt
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +84,15 @@ SUPPORTING_GRADE = 2
 CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String}
 QUERY_SCHEMA = {"query_id": pl.String, "text": pl.String}
 QRELS_LINES_SCHEMA = {**QRELS_SCHEMA, "line": pl.Int64}
+RUN_COLUMNS = ("query_id", "iteration", "doc_id", "rank", "score", "tag")
+UTF8_BOM = b"\xef\xbb\xbf"
+# White space other than spaces, tabs and line ends (as UTF-8): a file with any is read line by
+# line, where it separates fields as trec_eval's reader would.
+_OTHER_WHITE_SPACE = tuple(
+    character.encode("utf-8")
+    for character in "\x0b\x0c\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(chr(code) for code in range(0x2000, 0x200B))
+)
 
 
 class FormatError(RagEvalError):
@@ -118,13 +128,83 @@ def _fail(path: Path | str, message: str, line: int | None = None) -> FormatErro
     return FormatError(f"{where}: {message}")
 
 
-def _read_text(path: Path) -> str:
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes without a UTF-8 byte order mark (which would otherwise glue itself to
+    the first id of the file)."""
     if not path.is_file():
         raise _fail(path, "file does not exist")
+    data = path.read_bytes()
+    return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data
+
+
+def _read_text(path: Path) -> str:
+    data = _read_bytes(path)
     try:
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _fail(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        offset = exc.start + (len(UTF8_BOM) if path.read_bytes().startswith(UTF8_BOM) else 0)
+        raise _fail(path, f"not UTF-8 text ({exc.reason} at byte {offset})") from None
+
+
+def _whitespace_table(
+    path: Path, columns: Sequence[str], keep: Sequence[str], *, numbered: bool = False
+) -> pl.DataFrame | None:
+    """The ``keep`` columns (strings) of the file, read by Polars' CSV reader, when every
+    non-blank line has exactly ``len(columns)`` fields separated by spaces or tabs and the file
+    is UTF-8; None otherwise (the caller then reads it line by line, which names the bad line).
+    ``numbered``: the rows must be the file's lines one for one (no blank line), so a row's
+    position is its line number.
+
+    Fields are what ``_split_lines`` finds (runs of non-white-space), so both readers agree."""
+    data = _read_bytes(path)
+    if b"\x0b" in data or b"\x0c" in data:
+        return None
+    if not data.isascii():
+        if any(space in data for space in _OTHER_WHITE_SPACE):
+            return None
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if b"\t" in data or b"\r" in data:
+        data = re.sub(rb"[ \t\r]+", b" ", data)
+    # Single spaces between fields and none at line ends give every line exactly the fields it
+    # should when the spaces add up: a line with a double, leading or trailing space has more
+    # fields, which the reader refuses, and then some other line has fewer.
+    if not _spaces_add_up(data, len(columns)):
+        if numbered:
+            return None
+        data = re.sub(rb" *\n[ \n]*", b"\n", data).strip(b" \n")
+        if not _spaces_add_up(data, len(columns)):
+            return None
+    try:
+        return (
+            pl.scan_csv(
+                io.BytesIO(data),
+                separator=" ",
+                has_header=False,
+                schema={name: pl.String for name in columns},
+                quote_char=None,
+            )
+            .select(list(keep))
+            .collect()
+        )
+    except (pl.exceptions.PolarsError, ValueError):
+        return None
+
+
+def _spaces_add_up(data: bytes, fields: int) -> bool:
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    return bool(data.strip()) and data.count(b" ") == (fields - 1) * lines
+
+
+def _distinct_pairs(frame: pl.DataFrame, first: str, second: str) -> bool:
+    """Whether no ``(first, second)`` pair repeats: distinct hashes prove it at 8 bytes a row;
+    only when hashes collide are the pairs themselves compared."""
+    hashes = frame.select(pl.struct(first, second).hash().n_unique()).item()
+    if hashes == frame.height:
+        return True
+    return frame.select(pl.struct(first, second).n_unique()).item() == frame.height
 
 
 def _split_lines(path: Path, separator: str | None = None) -> pl.DataFrame:
@@ -186,6 +266,12 @@ def read_trec_run(path: Path | str) -> pl.DataFrame:
     document) pair given twice (trec_eval refuses those too), an empty file.
     """
     path = Path(path)
+    table = _whitespace_table(path, RUN_COLUMNS, ("query_id", "doc_id", "score"))
+    if table is not None:
+        run = table.with_columns(pl.col("score").cast(pl.Float64, strict=False))
+        finite = run["score"].is_not_null().all() and run["score"].is_finite().all()
+        if finite and _distinct_pairs(run, "query_id", "doc_id"):
+            return run.cast(RUN_SCHEMA)
     lines = _split_lines(path)
     if not lines.height:
         raise _fail(path, "run file has no lines")
@@ -226,6 +312,19 @@ def _judgements(
 
 
 def _trec_qrels_lines(path: Path) -> pl.DataFrame:
+    table = _whitespace_table(
+        path,
+        ("query_id", "iteration", "doc_id", "grade_text"),
+        ("query_id", "doc_id", "grade_text"),
+        numbered=True,
+    )
+    if table is not None:
+        qrels = table.with_row_index("line", offset=1).with_columns(
+            pl.col("line").cast(pl.Int64),
+            pl.col("grade_text").cast(pl.Int64, strict=False).alias("grade"),
+        )
+        if qrels["grade"].is_not_null().all() and _distinct_pairs(qrels, "query_id", "doc_id"):
+            return qrels.select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
     lines = _split_lines(path)
     if not lines.height:
         raise _fail(path, "qrels file has no lines")

@@ -33,10 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import duckdb
-import numpy as np
 import polars as pl
 
-from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, wilson_interval
 from rag_eval_pipeline.lib.store.sql import load_sql, query_frame
 
 PROPORTION = "proportion"
@@ -95,6 +93,19 @@ def measure_label(name: str, k: int | None) -> str:
     return name if k is None else f"{name}@{k}"
 
 
+class ArrowStream:
+    """A Polars frame seen only through the Arrow C stream interface (``__arrow_c_stream__``):
+    DuckDB scans its columns (string views included) without copying them and without pyarrow
+    or NumPy being imported, which a command that only scores a run file would otherwise pay
+    for at start-up."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self.frame = frame
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self.frame.__arrow_c_stream__(requested_schema)
+
+
 def per_query(
     run: pl.DataFrame,
     qrels: pl.DataFrame,
@@ -117,20 +128,19 @@ def per_query(
     if run["score"].null_count() or run["score"].is_nan().any():
         raise ValueError("run scores must be numbers: found a null or NaN score")
     con = connection or duckdb.connect()
-    # Arrow string views hand Polars' strings to DuckDB without copying them.
-    newest = pl.CompatLevel.newest()
     try:
-        con.register("run", run.to_arrow(compat_level=newest))
-        con.register("qrels", qrels.to_arrow(compat_level=newest))
-        values = query_frame(
-            con,
-            load_sql("retrieval_per_query"),
-            {
-                "rel_level": rel_level,
-                "ks": ks,
-                "complete": complete,
-                "need_uncut": any(k is None for _, k in wanted),
-            },
+        con.register("run", ArrowStream(run))
+        con.register("qrels", ArrowStream(qrels))
+        values = pl.DataFrame(
+            con.sql(
+                load_sql("retrieval_per_query"),
+                params={
+                    "rel_level": rel_level,
+                    "ks": ks,
+                    "complete": complete,
+                    "need_uncut": any(k is None for _, k in wanted),
+                },
+            )
         )
     finally:
         con.unregister("run")
@@ -169,7 +179,10 @@ def aggregate(
 ) -> pl.DataFrame:
     """Mean of each measure over queries, with ``ci_low``, ``ci_high`` and ``n``.
 
-    Proportions (Success) get the Wilson 95% interval; means get a seeded percentile bootstrap.
+    Proportions (Success) get the Wilson 95% interval; means get a seeded percentile bootstrap
+    (the resampled items drawn once per group size, ``bootstrap_mean_intervals``). Every interval
+    contains its value (``clamp_interval``), so a perfect or a zero score never has a bound on
+    the wrong side of it.
     """
     group_keys = [*by, "measure", "k"]
     summary = (
@@ -181,24 +194,45 @@ def aggregate(
         )
         .sort(group_keys, nulls_last=False)
     )
-    lows, highs = [], []
-    for row in summary.iter_rows(named=True):
-        if not intervals:
-            lows.append(None)
-            highs.append(None)
-            continue
-        spec = REGISTRY.get(row["measure"]) or PIPELINE_MEASURES[row["measure"]]
-        if spec.kind == PROPORTION:
-            low, high = wilson_interval(round(sum(row["values"])), row["n"])
+    if not intervals:
+        return summary.drop("values").with_columns(
+            pl.lit(None, dtype=pl.Float64).alias("ci_low"),
+            pl.lit(None, dtype=pl.Float64).alias("ci_high"),
+            pl.col("n").cast(pl.Int64),
+        )
+    # NumPy (through the intervals) is imported only when intervals are asked for: scoring a run
+    # file without them (``rag-eval evaluate-run``) starts faster without it.
+    import numpy as np
+
+    from rag_eval_pipeline.lib.metrics.statistics import (
+        bootstrap_mean_intervals,
+        clamp_interval,
+        wilson_interval,
+    )
+
+    rows = summary.select("measure", "value", "n", "values").rows()
+    kinds = [(REGISTRY.get(m) or PIPELINE_MEASURES[m]).kind for m, *_ in rows]
+    means = iter(
+        bootstrap_mean_intervals(
+            [
+                np.asarray(v, dtype=np.float64)
+                for (_, _, _, v), kind in zip(rows, kinds, strict=True)
+                if kind == MEAN
+            ],
+            seed=seed,
+            resamples=resamples,
+        )
+    )
+    bounds = []
+    for (_, value, n, group), kind in zip(rows, kinds, strict=True):
+        if kind == PROPORTION:
+            low, high = wilson_interval(round(sum(group)), n)
         else:
-            low, high = bootstrap_mean_interval(
-                np.asarray(row["values"]), seed=seed, resamples=resamples
-            )
-        lows.append(low)
-        highs.append(high)
+            low, high = next(means)
+        bounds.append(clamp_interval(value, low, high))
     return summary.drop("values").with_columns(
-        pl.Series("ci_low", lows, dtype=pl.Float64),
-        pl.Series("ci_high", highs, dtype=pl.Float64),
+        pl.Series("ci_low", [low for low, _ in bounds], dtype=pl.Float64),
+        pl.Series("ci_high", [high for _, high in bounds], dtype=pl.Float64),
         pl.col("n").cast(pl.Int64),
     )
 

@@ -8,7 +8,9 @@
 
 Each has a ``*_figure`` twin returning the matplotlib ``Figure`` (what the tests inspect). Empty
 or unusable input gives a chart that says "no data" and why, never an exception: a chart must not
-fail the materialization of the figures it illustrates.
+fail the materialization of the figures it illustrates. Error bars are clamped at zero length: an
+interval stored a hair on the wrong side of its value (a perfect score's Wilson bound of
+0.9999999999999999) draws as no bar on that side instead of making Matplotlib raise.
 
 Rendering goes through the Agg canvas on a bare ``Figure``, never through ``pyplot``: no global
 figure registry to leak from a long-lived process, no GUI backend, and the caller's backend
@@ -270,8 +272,8 @@ def metric_trend_figure(history: pl.DataFrame, metric: str) -> Figure:
                 positions,
                 values[start:stop],
                 yerr=[
-                    [values[i] - lows[i] for i in positions],
-                    [highs[i] - values[i] for i in positions],
+                    [max(0.0, values[i] - lows[i]) for i in positions],
+                    [max(0.0, highs[i] - values[i]) for i in positions],
                 ],
                 color=BLUE,
                 marker="o",

@@ -2,15 +2,31 @@
 
 A snapshot's and a golden set's rows are content-addressed: the same digest is the same content,
 so they are written the first time and read back every night after.
+
+A staged snapshot also keeps the file digest (SHA-256 of the bytes) of every document file it was
+verified from (``corpus/<corpus_digest>/snapshot_files.json``). A night whose snapshot files hash
+to exactly those digests holds exactly the bytes that were parsed and checked against the corpus
+digest before, so it is verified without parsing anything; any other night loads the snapshot
+(documents already in the snapshot store's parse cache are not parsed again) and checks the
+corpus digest in full.
 """
 
+import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from rag_eval_pipeline.lib.inputs.corpus import find_snapshot, load_snapshot, snapshot_tables
+from rag_eval_pipeline.lib.inputs.corpus import (
+    find_snapshot,
+    load_snapshot,
+    read_snapshot,
+    snapshot_tables,
+)
 from rag_eval_pipeline.lib.store.run_store import RunStore
-from rag_eval_pipeline.lib.store.tables import DRIFT_TABLE
+from rag_eval_pipeline.lib.store.tables import CORPUS_TABLES, DRIFT_TABLE
+
+FILE_DIGESTS = "snapshot_files.json"
 
 
 def stage_tables(store: RunStore, folder, tables: dict[str, pl.DataFrame]) -> list[str]:
@@ -21,6 +37,70 @@ def stage_tables(store: RunStore, folder, tables: dict[str, pl.DataFrame]) -> li
             store.write_table(folder, table, frame)
             written.append(table)
     return written
+
+
+@dataclass(frozen=True)
+class StagedSnapshot:
+    """A snapshot verified and staged: its identity, the staged summary row, its documents by
+    status, and how it was verified (``parsed`` documents parsed from their bytes, ``cached``
+    from the parse cache; both 0 when the file digests matched the staged ones)."""
+
+    snapshot_id: str
+    corpus_digest: str
+    frozen_at: str | None
+    summary: dict
+    documents_by_status: dict[str, int]
+    passage_schema: dict[str, pl.DataType]
+    parsed: int
+    cached: int
+
+    @property
+    def verified_by(self) -> str:
+        if self.parsed or self.cached:
+            return "corpus digest recomputed"
+        return "file digests of the staged snapshot"
+
+
+def _staged(store: RunStore, corpus_dir, manifest: dict, parsed: int, cached: int):
+    summary = store.read_table(corpus_dir, "corpus_snapshots").row(0, named=True)
+    documents = store.read_table(corpus_dir, "corpus_documents")
+    by_status = dict(documents.group_by("status").len().sort("status").rows())
+    with store.parts(corpus_dir, "corpus_passages")[0].open("rb") as handle:
+        schema = dict(pl.read_parquet_schema(handle))
+    return StagedSnapshot(
+        snapshot_id=manifest["snapshot_id"],
+        corpus_digest=manifest["corpus_digest"],
+        frozen_at=manifest.get("frozen_at"),
+        summary=summary,
+        documents_by_status=by_status,
+        passage_schema=schema,
+        parsed=parsed,
+        cached=cached,
+    )
+
+
+def stage_snapshot(store: RunStore, snapshot_dir: Path, loaded_at: dt.datetime) -> StagedSnapshot:
+    """Verify the snapshot folder and stage its tables under its corpus digest (once).
+
+    Every file is read and hashed once. When the file digests are the ones the staged snapshot
+    was verified from, nothing is parsed; otherwise the snapshot is loaded and its corpus digest
+    checked against the manifest (``CorpusError`` naming the changed documents, before anything
+    is written)."""
+    read = read_snapshot(snapshot_dir)
+    corpus_dir = store.corpus_dir(read.manifest["corpus_digest"])
+    known = store.read_json(corpus_dir / FILE_DIGESTS) or {}
+    staged = all(store.has_table(corpus_dir, table) for table in CORPUS_TABLES)
+    if staged and known.get("files") == read.file_digests:
+        return _staged(store, corpus_dir, read.manifest, 0, 0)
+    snapshot = load_snapshot(snapshot_dir, read=read)
+    stage_tables(store, corpus_dir, snapshot_tables(snapshot, loaded_at=loaded_at))
+    store.write_json(
+        corpus_dir / FILE_DIGESTS,
+        {"snapshot_id": snapshot.snapshot_id, "files": snapshot.file_digests},
+    )
+    return _staged(
+        store, corpus_dir, read.manifest, snapshot.parsed, snapshot.document_count - snapshot.parsed
+    )
 
 
 def stage_drift(
@@ -47,10 +127,7 @@ def ensure_corpus(store: RunStore, corpus_root: Path, corpus_digest: str, loaded
     folder = find_snapshot(corpus_root, corpus_digest)
     if folder is None:
         return False
-    snapshot = load_snapshot(folder)
-    stage_tables(
-        store, store.corpus_dir(corpus_digest), snapshot_tables(snapshot, loaded_at=loaded_at)
-    )
+    stage_snapshot(store, folder, loaded_at)
     return True
 
 

@@ -1,0 +1,437 @@
+"""The snapshot store: document versions kept once, by the SHA-256 of their bytes.
+
+Layout, beside the dated snapshot folders of a corpus root::
+
+    corpus_snapshots/
+      .snapshot_store/
+        objects/ab/cdef...          the bytes of one document version (or of a manifest), named
+                                    by their SHA-256, read-only
+        parsed/canonical-v1/<digest>.parquet
+                                    the parse cache: each parsed document's canonical lines
+                                    and digests, by the SHA-256 of its file's bytes; a part is
+                                    named by the SHA-256 of its own bytes and ignored when it
+                                    does not match (derived data: deleting it costs a re-parse)
+      2026-10-01/
+        manifest.json               document versions and their digests (also kept as an object)
+        documents/<id>@v<n>.md      hard links to the stored bytes
+
+Freezing stores each file's bytes as an object unless an object with the same digest exists, and
+makes the file in ``documents/`` a hard link to it, so a snapshot that repeats most of the one
+before it adds only the changed documents to the disk. A manifest lists every document version
+with its document digest (over its passages, as before), ``sha256`` and ``bytes`` of its file;
+when it is frozen after another snapshot in the same store (its *base*), it lists only the
+versions that are new or changed, the ones ``removed``, and the base manifest's object digest, so
+a manifest costs the size of the change too. Loading applies the chain (at most
+``MAX_BASE_DEPTH`` deep) and checks every stored object it reads against its name.
+
+The documents stay readable markdown files in ``documents/``, and a folder of markdown files
+without a store still loads (its manifest lists every document, as before). Because the files are
+hard links to the stored bytes, editing one in place would edit the stored version too: objects are
+read-only, and a file edited anyway no longer matches its manifest and fails loudly when loaded or
+frozen. Start a new snapshot from a copy (``cp -r``, then ``chmod -R u+w`` on the copy: copies of
+read-only files are read-only), edit it, then freeze it.
+"""
+
+import hashlib
+import json
+import os
+import stat
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+MANIFEST_NAME = "manifest.json"
+STORE_NAME = ".snapshot_store"
+CACHE_VERSION = "canonical-v1"
+MAX_BASE_DEPTH = 8
+# A manifest lists only the changes from its base while they are at most this share of it.
+MAX_DELTA_SHARE = 0.5
+READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+MAX_CACHE_PARTS = 32
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _temporary(folder: Path | str, name: str) -> str:
+    return os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+
+
+class SnapshotStore:
+    """The objects and the parse cache under ``root`` (``<corpus root>/.snapshot_store``)."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+        self._objects = os.path.join(self.root, "objects")
+        self._folders: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"SnapshotStore({str(self.root)!r})"
+
+    @classmethod
+    def beside(cls, snapshot_dir: Path) -> "SnapshotStore":
+        """The store of the corpus root that holds ``snapshot_dir``."""
+        return cls(Path(snapshot_dir).absolute().parent / STORE_NAME)
+
+    # - objects -
+
+    def object_path(self, digest: str) -> Path:
+        return Path(self._object(digest))
+
+    def _object(self, digest: str) -> str:
+        return f"{self._objects}/{digest[:2]}/{digest[2:]}"
+
+    def _folder_of(self, digest: str) -> str:
+        folder = f"{self._objects}/{digest[:2]}"
+        if folder not in self._folders:
+            os.makedirs(folder, exist_ok=True)
+            self._folders.add(folder)
+        return folder
+
+    def read_object(self, digest: str) -> bytes:
+        """The stored bytes named ``digest``; ``ValueError`` when missing or not those bytes."""
+        path = self._object(digest)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            raise ValueError(f"stored object {digest} is missing from {self.root}") from None
+        if sha256_hex(data) != digest:
+            raise ValueError(f"stored object {path} was changed: its bytes are not {digest}")
+        return data
+
+    def _write_object(self, digest: str, data: bytes) -> None:
+        """Store ``data`` as a new read-only file (replacing a damaged object of that name)."""
+        temporary = _temporary(self._folder_of(digest), digest[2:])
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        os.chmod(temporary, READ_ONLY)
+        os.replace(temporary, self._object(digest))
+
+    def _adopt(self, digest: str, path: Path | str) -> bool:
+        """Make the file at ``path`` (linked nowhere else) the object ``digest`` by hard linking
+        it, without copying; False when the file system cannot link."""
+        self._folder_of(digest)
+        try:
+            os.link(path, self._object(digest))
+        except FileExistsError:
+            return True
+        except OSError:
+            return False
+        os.chmod(path, READ_ONLY)
+        return True
+
+    def _link_to_object(self, digest: str, path: Path | str) -> bool:
+        """Replace the file at ``path`` by a hard link to the object ``digest`` (same bytes)."""
+        temporary = _temporary(os.path.dirname(path), os.path.basename(path))
+        try:
+            os.link(self._object(digest), temporary)
+        except OSError:
+            return False
+        os.replace(temporary, path)
+        return True
+
+    def add_bytes(self, data: bytes) -> str:
+        """Store ``data`` (a manifest) unless stored already; returns its digest."""
+        digest = sha256_hex(data)
+        if not os.path.isfile(self._object(digest)):
+            self._write_object(digest, data)
+        return digest
+
+    def add_files(self, files: Sequence, previous: dict[str, dict]) -> tuple[int, list[str]]:
+        """Store every document file's bytes once and make each file a hard link to them.
+
+        ``files`` are ``corpus.DocumentFile``s as read; ``previous`` the entries the folder was
+        frozen with before. Returns the bytes newly stored, and warnings: a file edited in place
+        while it was a hard link to a stored version (that stored version is gone; snapshots
+        that listed it no longer load), or a stored object found damaged and stored again.
+        A file on another file system than the store (no hard link possible) stays a copy.
+        """
+        stored = 0
+        problems = []
+        for document_file in files:
+            digest = document_file.file_digest
+            target = self._object(digest)
+            try:
+                existing = os.stat(target)
+            except FileNotFoundError:
+                existing = None
+            if existing is not None and (existing.st_dev, existing.st_ino) == document_file.inode:
+                continue
+            if existing is not None and _read(target) != document_file.content():
+                problems.append(f"{target}: stored object was damaged; stored again")
+                existing = None
+            if existing is None:
+                stored += document_file.size
+                if (
+                    document_file.links == 1
+                    and not document_file.symlink
+                    and self._adopt(digest, document_file.path)
+                ):
+                    continue
+                self._write_object(digest, document_file.content())
+                problems.extend(self._forget_edited(document_file, previous))
+            if not document_file.symlink:
+                self._link_to_object(digest, document_file.path)
+        return stored, problems
+
+    def _forget_edited(self, document_file, previous: dict[str, dict]) -> list[str]:
+        """When the file shared its inode with the object it was frozen as, it was edited in
+        place and that object no longer holds its bytes: remove it so nothing reads it."""
+        frozen = previous.get(document_file.version_id, {}).get("sha256")
+        if not frozen or frozen == document_file.file_digest:
+            return []
+        stale = self._object(frozen)
+        try:
+            status = os.stat(stale)
+        except FileNotFoundError:
+            return []
+        if (status.st_dev, status.st_ino) != document_file.inode:
+            return []
+        os.unlink(stale)
+        return [
+            f"{document_file.path}: edited in place while it was a hard link to its frozen "
+            f"version (stored object {frozen}); that version is gone, and snapshots listing it "
+            "no longer load. Copy a snapshot (cp -r) before editing it."
+        ]
+
+    # - the parse cache -
+
+    def _cache_folder(self) -> Path:
+        return self.root / "parsed" / CACHE_VERSION
+
+    def _cache_parts(self) -> list[Path]:
+        """The parse cache's parts that are intact (each is named by the SHA-256 of its bytes;
+        a part that is not is left out, so its documents are parsed again)."""
+        folder = self._cache_folder()
+        if not folder.is_dir():
+            return []
+        parts = []
+        for part in sorted(folder.glob("*.parquet")):
+            digest = hashlib.sha256()
+            with open(part, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+            if digest.hexdigest() == part.stem:
+                parts.append(part)
+        return parts
+
+    def cached_rows(self, wanted: pl.DataFrame, schema: dict) -> pl.DataFrame | None:
+        """The parse cache's rows (``file_digest`` and ``schema``) for the ``(file_digest,
+        doc_version_id)`` pairs of ``wanted``, or None when the cache is empty."""
+        columns = ["file_digest", *schema]
+        frames = []
+        for part in self._cache_parts():
+            if not set(columns) <= set(pl.read_parquet_schema(part)):
+                continue
+            frame = pl.read_parquet(part, columns=columns).join(
+                wanted, on=["file_digest", "doc_version_id"], how="semi", maintain_order="left"
+            )
+            if frame.height:
+                frames.append(frame)
+        if not frames:
+            return None
+        rows = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+        if rows["file_digest"].is_duplicated().any():
+            rows = rows.unique("file_digest", keep="first", maintain_order=True)
+        return rows.cast({"file_digest": pl.String, **schema})
+
+    def add_cached_rows(self, rows: pl.DataFrame) -> None:
+        """Add parsed documents' rows (keyed by ``file_digest``) to the parse cache, as one new
+        part (the parts are merged when there are more than ``MAX_CACHE_PARTS``)."""
+        if rows.height == 0:
+            return
+        self._write_cache_part(rows)
+        parts = self._cache_parts()
+        if len(parts) > MAX_CACHE_PARTS:
+            merged = pl.scan_parquet(parts).unique("file_digest", keep="first").collect()
+            kept = self._write_cache_part(merged)
+            for part in parts:
+                if part != kept:
+                    part.unlink(missing_ok=True)
+
+    def _write_cache_part(self, frame: pl.DataFrame) -> Path:
+        folder = self._cache_folder()
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = _temporary(folder, "part.parquet")
+        frame.write_parquet(temporary, compression="zstd", compression_level=3)
+        digest = sha256_hex(_read(temporary))
+        os.chmod(temporary, READ_ONLY)
+        target = folder / f"{digest}.parquet"
+        os.replace(temporary, target)
+        return target
+
+
+# -- manifests -----------------------------------------------------------------------------------
+
+
+def checked_manifest(manifest: object) -> dict:
+    """``manifest`` when it has the keys a manifest needs; ``ValueError`` naming the key."""
+    if not isinstance(manifest, dict):
+        raise ValueError(f"a manifest is a JSON object, got a {type(manifest).__name__}")
+    for key in ("snapshot_id", "corpus_digest", "documents"):
+        if key not in manifest:
+            raise ValueError(f"manifest has no '{key}'")
+    documents = manifest["documents"]
+    if not isinstance(documents, dict):
+        raise ValueError(
+            f"manifest key 'documents' must map each document version to its digests, "
+            f"got a {type(documents).__name__}"
+        )
+    for version_id, entry in documents.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
+            raise ValueError(
+                f"manifest key 'documents.{version_id}' must be an object with a 'digest'"
+            )
+    base = manifest.get("base")
+    if base is not None and not (isinstance(base, dict) and isinstance(base.get("manifest"), str)):
+        raise ValueError("manifest key 'base' must be an object with the base 'manifest' digest")
+    if not isinstance(manifest.get("removed", []), list):
+        raise ValueError("manifest key 'removed' must be a list of document versions")
+    return manifest
+
+
+def store_of(snapshot_dir: Path, manifest: dict) -> SnapshotStore | None:
+    """The store a manifest names, or the one beside the folder if there is one."""
+    if isinstance(manifest.get("store"), str):
+        return SnapshotStore(os.path.normpath(Path(snapshot_dir).absolute() / manifest["store"]))
+    beside = SnapshotStore.beside(snapshot_dir)
+    return beside if beside.root.is_dir() else None
+
+
+def relative_store(snapshot_dir: Path, store: SnapshotStore) -> str:
+    return Path(os.path.relpath(store.root.absolute(), Path(snapshot_dir).absolute())).as_posix()
+
+
+def resolve_entries(manifest: dict, store: SnapshotStore | None, depth: int = 0) -> dict[str, dict]:
+    """Every document version's entry: the manifest's own, applied to its base's (if any)."""
+    base = manifest.get("base")
+    if base is None:
+        return dict(manifest["documents"])
+    if depth >= MAX_BASE_DEPTH:
+        raise ValueError(f"chain of base manifests is deeper than {MAX_BASE_DEPTH}")
+    if store is None or not store.object_path(base["manifest"]).is_file():
+        where = "no snapshot store" if store is None else f"the snapshot store {store.root}"
+        raise ValueError(
+            f"its base manifest (snapshot {base.get('snapshot_id')}, stored object "
+            f"{base['manifest']}) is not in {where}: keep a snapshot folder with the "
+            f"{STORE_NAME} folder beside it, or freeze the folder again"
+        )
+    base_manifest = checked_manifest(json.loads(store.read_object(base["manifest"])))
+    entries = resolve_entries(base_manifest, store, depth + 1)
+    for version_id in manifest.get("removed", []):
+        entries.pop(version_id, None)
+    entries.update(manifest["documents"])
+    return entries
+
+
+def _same_folder(first: Path, second: Path) -> bool:
+    return os.path.normpath(Path(first).absolute()) == os.path.normpath(Path(second).absolute())
+
+
+def _chain_depth(manifest: dict) -> int:
+    base = manifest.get("base")
+    return 0 if base is None else int(base.get("depth", MAX_BASE_DEPTH))
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _manifest_text(manifest: dict) -> str:
+    """The manifest as JSON, one line per key and one per document version: as readable as an
+    indented file, and written by the C encoder (``indent`` makes ``json`` use Python code)."""
+    lines = []
+    for key, value in manifest.items():
+        if key == "documents" and isinstance(value, dict) and value:
+            entries = [f"    {_json(k)}: {_json(v)}" for k, v in value.items()]
+            lines.append('  "documents": {\n' + ",\n".join(entries) + "\n  }")
+        else:
+            lines.append(f"  {_json(key)}: {_json(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def write_manifest(snapshot_dir: Path, manifest: dict) -> bytes:
+    """Write ``manifest.json`` to a temporary name, then rename it into place."""
+    data = _manifest_text(manifest).encode("utf-8")
+    target = Path(snapshot_dir) / MANIFEST_NAME
+    temporary = target.with_suffix(".json.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(target)
+    return data
+
+
+def _base_candidates(snapshot_dir: Path, store: SnapshotStore) -> list[Path]:
+    """Manifests a new one may list its changes against: the folder's own, then the snapshots
+    beside it dated before it (newest first), then the others."""
+    snapshot_dir = Path(snapshot_dir).absolute()
+    siblings = sorted(
+        (p for p in snapshot_dir.parent.glob(f"*/{MANIFEST_NAME}") if p.parent != snapshot_dir),
+        key=lambda p: p.parent.name,
+        reverse=True,
+    )
+    earlier = [p for p in siblings if p.parent.name < snapshot_dir.name]
+    later = [p for p in siblings if p.parent.name >= snapshot_dir.name]
+    return [snapshot_dir / MANIFEST_NAME, *earlier, *later]
+
+
+def _choose_base(
+    snapshot_dir: Path, store: SnapshotStore, entries: dict[str, dict]
+) -> tuple[dict, dict[str, dict], str] | None:
+    """The first candidate in the same store that is stored, resolvable and close enough."""
+    for path in _base_candidates(snapshot_dir, store):
+        try:
+            data = path.read_bytes()
+            manifest = checked_manifest(json.loads(data))
+        except (OSError, ValueError):
+            continue
+        named = store_of(path.parent, manifest)
+        if named is None or not _same_folder(named.root, store.root):
+            continue
+        digest = sha256_hex(data)
+        if not store.object_path(digest).is_file() or _chain_depth(manifest) >= MAX_BASE_DEPTH:
+            continue
+        try:
+            base_entries = resolve_entries(manifest, store)
+        except (OSError, ValueError):
+            continue
+        changed = sum(1 for k, v in entries.items() if base_entries.get(k) != v)
+        removed = len(base_entries.keys() - entries.keys())
+        if changed + removed <= MAX_DELTA_SHARE * max(len(entries), 1):
+            return manifest, base_entries, digest
+    return None
+
+
+def write_store_manifest(
+    snapshot_dir: Path, store: SnapshotStore, header: dict, entries: dict[str, dict]
+) -> dict:
+    """Write the manifest of a stored snapshot (the changes from a base when there is a close
+    one), keep its bytes as an object too, and return the manifest as written."""
+    manifest = {**header, "store": relative_store(snapshot_dir, store)}
+    base = _choose_base(snapshot_dir, store, entries)
+    if base is None:
+        manifest["documents"] = entries
+    else:
+        base_manifest, base_entries, digest = base
+        manifest["base"] = {
+            "snapshot_id": base_manifest["snapshot_id"],
+            "manifest": digest,
+            "depth": _chain_depth(base_manifest) + 1,
+        }
+        manifest["removed"] = sorted(base_entries.keys() - entries.keys())
+        manifest["documents"] = {k: v for k, v in entries.items() if base_entries.get(k) != v}
+    data = write_manifest(snapshot_dir, manifest)
+    digest = sha256_hex(data)
+    if not store.object_path(digest).is_file() and not store._adopt(
+        digest, Path(snapshot_dir) / MANIFEST_NAME
+    ):
+        store._write_object(digest, data)
+    return manifest

@@ -1,0 +1,324 @@
+"""The content-addressed snapshot store, incremental freezing and loading, and the digest kept.
+
+Freezing stores each document version's bytes once and lists a later snapshot as the changes
+from the one before it; loading and freezing parse only the documents whose bytes are new; the
+bundled snapshots keep their digests; a file edited after freezing fails loudly; the fast paths
+(front matter, canonical lines, staged snapshots) give exactly what the slow ones give.
+"""
+
+import datetime as dt
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rag_eval_pipeline.lib.inputs import corpus
+from rag_eval_pipeline.lib.inputs.corpus import (
+    CorpusError,
+    freeze,
+    freeze_snapshot,
+    load_snapshot,
+    read_snapshot,
+)
+from rag_eval_pipeline.lib.inputs.snapshot_store import STORE_NAME, SnapshotStore
+from rag_eval_pipeline.lib.paths import project_path
+from rag_eval_pipeline.lib.store.run_store import RunStore
+from rag_eval_pipeline.lib.store.staging import stage_snapshot
+
+BUNDLED = {
+    "2026-10-01": "4dc27623b0aee9dbd8bcf9ee84d0013aa9d7681c344aa0cc7ab92ebc68a42e5c",
+    "2026-11-01": "4b978a8e47bf565fca00ecee458a8a05b0ba98941a4c19df444175616c517bac",
+}
+
+
+def writable_copy(source: Path, target: Path) -> Path:
+    """A copy of a snapshot folder whose files can be edited (frozen files are read-only)."""
+    shutil.copytree(source, target, copy_function=shutil.copyfile)
+    return target
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Replace a document file with an edited copy (a new file, as an editor that writes a
+    temporary file and renames it does)."""
+    text = path.read_text(encoding="utf-8")
+    path.unlink()
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def disk_bytes(root: Path) -> int:
+    """Bytes allocated under ``root``, each inode counted once (what ``du`` reports)."""
+    seen, total = set(), 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            status = os.lstat(Path(folder) / name)
+            if (status.st_dev, status.st_ino) not in seen:
+                seen.add((status.st_dev, status.st_ino))
+                total += status.st_blocks * 512
+    return total
+
+
+@pytest.mark.parametrize("snapshot_id", sorted(BUNDLED))
+def test_bundled_snapshots_keep_their_digests(snapshot_id):
+    folder = project_path("corpus_snapshots") / snapshot_id
+    assert (
+        json.loads((folder / "manifest.json").read_text())["corpus_digest"] == BUNDLED[snapshot_id]
+    )
+    snapshot = load_snapshot(folder)
+    assert snapshot.corpus_digest == BUNDLED[snapshot_id]
+
+
+def test_bundled_snapshots_refrozen_into_a_store_keep_their_digests(tmp_path):
+    for snapshot_id, digest in BUNDLED.items():
+        copy = writable_copy(project_path("corpus_snapshots") / snapshot_id, tmp_path / snapshot_id)
+        assert freeze_snapshot(copy)["corpus_digest"] == digest
+        assert load_snapshot(copy).corpus_digest == digest
+        assert (tmp_path / STORE_NAME / "objects").is_dir()
+
+
+def test_a_new_snapshot_adds_only_the_changed_documents(library):
+    first = library / "2026-10-01"
+    first_report = freeze(first)
+    assert first_report.parsed == 5 and first_report.manifest.get("base") is None
+    before = disk_bytes(library)
+    second = writable_copy(first, library / "2026-11-01")
+    edit(second / "documents" / "STORE-FRIDGE-001@v1.md", "8 °C", "6 °C")
+    report = freeze(second)
+    # Only the edited document was parsed, and only its bytes were stored.
+    assert report.parsed == 1
+    edited = (second / "documents" / "STORE-FRIDGE-001@v1.md").stat().st_size
+    assert report.stored_bytes == edited
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert manifest["base"]["snapshot_id"] == "2026-10-01"
+    assert list(manifest["documents"]) == ["STORE-FRIDGE-001@v1"]
+    assert manifest["removed"] == []
+    # Every unchanged file is the same inode as the first snapshot's copy.
+    for path in (second / "documents").iterdir():
+        twin = first / "documents" / path.name
+        assert os.path.samefile(path, twin) == (path.name != "STORE-FRIDGE-001@v1.md")
+        assert not path.stat().st_mode & stat.S_IWUSR
+    # The copy, once frozen, adds about the edited file and the small manifest to the disk.
+    assert disk_bytes(library) - before < 4 * 4096 + edited
+    loaded = load_snapshot(second)
+    assert loaded.corpus_digest == manifest["corpus_digest"] == report.manifest["corpus_digest"]
+    assert loaded.parsed == 0
+    assert set(loaded.document_digests) == set(report.manifest["documents"])
+
+
+def test_a_delta_manifest_resolves_to_every_document(library):
+    first = library / "2026-10-01"
+    freeze(first)
+    second = writable_copy(first, library / "2026-11-01")
+    (second / "documents" / "XFER-FAX-001@v1.md").unlink()
+    report = freeze(second)
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert manifest["removed"] == ["XFER-FAX-001@v1"] and manifest["documents"] == {}
+    assert sorted(read_snapshot(second).entries) == sorted(report.manifest["documents"])
+    assert "XFER-FAX-001@v1" not in read_snapshot(second).entries
+    assert load_snapshot(second).document_count == 4
+
+
+def test_refreezing_unchanged_files_parses_nothing(library):
+    folder = library / "2026-10-01"
+    first = freeze(folder)
+    again = freeze(folder)
+    assert again.parsed == 0 and again.stored_bytes == 0
+    assert again.manifest["corpus_digest"] == first.manifest["corpus_digest"]
+    assert load_snapshot(folder).parsed == 0
+
+
+def test_a_stored_file_edited_in_place_fails_loudly(library):
+    folder = library / "2026-10-01"
+    freeze(folder)
+    document = folder / "documents" / "STORE-FRIDGE-001@v1.md"
+    os.chmod(document, 0o644)
+    with open(document, "r+", encoding="utf-8") as handle:
+        text = handle.read().replace("8 °C", "10 °C")
+        handle.seek(0)
+        handle.write(text)
+        handle.truncate()
+    with pytest.raises(CorpusError, match=r"manifest\.json: .*changed: STORE-FRIDGE-001@v1"):
+        load_snapshot(folder)
+    # Freezing it again keeps the new bytes, forgets the damaged stored version and says so.
+    with pytest.warns(UserWarning, match="edited in place"):
+        freeze_snapshot(folder)
+    assert (
+        load_snapshot(folder).corpus_digest
+        == json.loads((folder / "manifest.json").read_text())["corpus_digest"]
+    )
+
+
+def test_a_snapshot_without_documents_loads_from_the_store(library):
+    folder = library / "2026-10-01"
+    digest = freeze_snapshot(folder)["corpus_digest"]
+    shutil.rmtree(folder / "documents")
+    snapshot = load_snapshot(folder)
+    assert snapshot.corpus_digest == digest and snapshot.document_count == 5
+
+
+def test_a_delta_manifest_without_its_store_is_a_clear_error(library, tmp_path):
+    first = library / "2026-10-01"
+    freeze(first)
+    second = writable_copy(first, library / "2026-11-01")
+    edit(second / "documents" / "STORE-FRIDGE-001@v1.md", "8 °C", "6 °C")
+    freeze(second)
+    moved = writable_copy(second, tmp_path / "elsewhere" / "2026-11-01")
+    with pytest.raises(CorpusError, match=r"manifest\.json: .*base manifest .* store"):
+        load_snapshot(moved)
+
+
+def test_a_staged_snapshot_is_verified_without_parsing(library, tmp_path):
+    folder = library / "2026-10-01"
+    freeze(folder)
+    store = RunStore(tmp_path / "store")
+    first = stage_snapshot(store, folder, dt.datetime(2026, 10, 15))
+    assert first.cached == 5 and first.parsed == 0
+    again = stage_snapshot(store, folder, dt.datetime(2026, 10, 16))
+    assert (again.parsed, again.cached) == (0, 0)
+    assert again.verified_by == "file digests of the staged snapshot"
+    assert again.summary == first.summary
+    # A changed file is no longer the staged bytes: the full check runs and fails.
+    document = folder / "documents" / "CLEAN-LOG-001@v1.md"
+    edit(document, "12 months", "24 months")
+    with pytest.raises(CorpusError, match="changed: CLEAN-LOG-001@v1"):
+        stage_snapshot(store, folder, dt.datetime(2026, 10, 17))
+
+
+def test_a_legacy_folder_loads_as_before(library):
+    """A folder of markdown files with a manifest listing every document (no store) loads and
+    verifies as it always did, line endings and all."""
+    folder = library / "2026-10-01"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert "store" not in manifest
+    assert load_snapshot(folder).corpus_digest == manifest["corpus_digest"]
+    assert not (library / STORE_NAME).exists()
+
+
+def test_freeze_without_a_store_writes_only_a_full_manifest(library):
+    folder = library / "2026-10-01"
+    manifest = freeze_snapshot(folder, store=None)
+    written = json.loads((folder / "manifest.json").read_text())
+    assert written == manifest and "store" not in written and len(written["documents"]) == 5
+    assert not (library / STORE_NAME).exists()
+
+
+def test_the_parse_cache_is_keyed_by_bytes_and_version(library, tmp_path):
+    folder = library / "2026-10-01"
+    freeze(folder)
+    store = SnapshotStore.beside(folder)
+    parts = list((store.root / "parsed").rglob("*.parquet"))
+    assert (
+        len(parts) == 1
+        and parts[0].stem == __import__("hashlib").sha256(parts[0].read_bytes()).hexdigest()
+    )
+    # A damaged cache part is ignored: everything is parsed again and the digest holds.
+    os.chmod(parts[0], 0o644)
+    parts[0].write_bytes(b"not parquet")
+    snapshot = load_snapshot(folder)
+    assert snapshot.parsed == 5
+
+
+# -- the fast paths give exactly what the slow ones give --------------------------------------
+
+FRONT_MATTERS = [
+    "doc_id: A-1\ntitle: Plain title\nversion: 3\neffective_date: 2026-03-01\nstatus: current",
+    "doc_id: A-1\ntitle: 'Quoted: title'\nversion: '2'\neffective_date: 2026-03-01",
+    "title: With # not a comment\nowner: Lab",
+    "title: value # a comment\nversion: 03",
+    "version: 1_000\nflag: yes\nother: on\nnothing: ~\nempty:",
+    "title: Null\nlanguage: no\nname: NULL\nx: 1.5\ny: .inf\nz: 1:20",
+    "date: 2026-7-1\nwhen: 2026-07-01 10:00:00\nlist: [a, b]\nmap: {a: 1}",
+    "title: Ünïcödé title\nowner: Équipe",
+    "title:   spaced out   \nsuperseded_by: A-1@v4",
+    "title: -20 °C storage\nx: -3\ny: +3\nz: 0x1f",
+    "title: &anchor value\nother: *anchor",
+    "title: multi\n  line continued",
+    "yes: key is a bool\nno: again",
+    "title: tab\there",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", FRONT_MATTERS)
+def test_front_matter_is_what_the_yaml_parser_reads(text):
+    lines = text.split("\n")
+    try:
+        expected = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        with pytest.raises(CorpusError, match="front matter is not valid YAML"):
+            corpus.front_matter(lines, "doc.md")
+        return
+    if not isinstance(expected, dict):
+        with pytest.raises(CorpusError):
+            corpus.front_matter(lines, "doc.md")
+        return
+    got = corpus.front_matter(lines, "doc.md")
+    assert got == expected
+    assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+TRICKY = [
+    "plain",
+    'quote " and \\ back',
+    "tab\there",
+    "nl\nx",
+    "\x00\x01\x1f\x7f",
+    "é ü ß 日本",
+    "😀",
+]
+
+
+@pytest.mark.parametrize("value", TRICKY)
+def test_canonical_lines_are_the_json_the_digest_defines(value):
+    document = corpus.Document(
+        doc_id="D-1",
+        title=f"Title {value}  ",
+        version=2,
+        effective_date=dt.date(2026, 1, 2),
+        status="superseded",
+        language="en",
+        sections=((f"Heading {value}", f"Body {value}\nmore"), ("Second", value or "x")),
+        superseded_by="D-1@v3",
+    )
+    expected = [
+        json.dumps(
+            {
+                "passage_id": f"D-1@v2#s{number}",
+                "doc_id": "D-1",
+                "version": 2,
+                "status": "superseded",
+                "superseded_by": "D-1@v3",
+                "effective_date": "2026-01-02",
+                "language": "en",
+                "title": corpus.normalise_text(document.title),
+                "section_title": corpus.normalise_text(title),
+                "text": corpus.normalise_text(text),
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        for number, (title, text) in enumerate(document.sections, start=1)
+    ]
+    assert corpus.canonical_lines(document) == expected
+
+
+def test_normalise_text_fast_path_agrees_with_the_definition():
+    def by_definition(text: str) -> str:
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        return "\n".join(line.rstrip() for line in lines).strip()
+
+    for text in [
+        "a\nb",
+        " a ",
+        "a \nb",
+        "a\t\nb",
+        "a\x0b\nb",
+        "a\u00a0\nb",
+        "a\n\n\nb",
+        "é\u2003\nb",
+    ]:
+        assert corpus.normalise_text(text) == by_definition(text)
