@@ -1,25 +1,38 @@
-"""The comparison guard: for each completed run, compare, re-baseline, or say why not.
+"""Sensors: the comparison guard, and the sweep that ends runs whose process is gone.
 
-The rule is ``lib.runs.guard``; this module turns its decision into run requests: the
-``rebaseline`` job with the baseline's system configuration (only the reference system's
+The comparison guard keeps a cursor over every completed evaluation run (each ``eval_summary``
+materialization, in the order they were recorded), so a run is compared, re-baselined or skipped
+with its reason exactly once, however many finish within one tick: a backfill of ten nights gets
+ten decisions. The rule is ``lib.runs.guard``; this module turns its decision into run requests:
+the ``rebaseline`` job with the baseline's system configuration (only the reference system's
 configuration can be re-created), or ``run_comparison_job`` for the candidate run.
+
+``abandoned_runs`` fails a Dagster run still marked started whose process has died on this
+machine (a ``rag-eval nightly`` killed with ``kill -9``), and marks its evaluation run failed, so
+dead runs never hold the run queue or look finished.
 """
 
 import json
+import os
+import socket
 
 import dagster as dg
 
 from rag_eval_pipeline.defs.comparison import CANDIDATE_TAG
 from rag_eval_pipeline.defs.partitions import partition_key
-from rag_eval_pipeline.defs.resources import ReferenceSystemResource
+from rag_eval_pipeline.defs.resources import ReferenceSystemResource, WarehouseResource
 from rag_eval_pipeline.lib.runs.guard import COMPARE, REBASELINE, guard_decision
 from rag_eval_pipeline.lib.runs.record import (
+    EVAL_RUN_TAG,
     REBASELINE_FOR_TAG,
     REBASELINE_REASON_TAG,
     REQUESTED_BY_TAG,
 )
 
 REFERENCE_FIELDS = set(ReferenceSystemResource.model_fields)
+HOST_TAG = "rag_eval/host"
+PID_TAG = "rag_eval/pid"
+PAGE = 100
 
 
 def rebaseline_run_config(summary: dict) -> dict:
@@ -73,23 +86,93 @@ def metadata_values(metadata) -> dict:
     return {key: getattr(value, "value", value) for key, value in metadata.items()}
 
 
+def completed_since(instance: dg.DagsterInstance, cursor: str | None):
+    """Every ``eval_summary`` materialization after ``cursor``, oldest first, and the new
+    cursor."""
+    records = []
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetKey("eval_summary"), limit=PAGE, cursor=cursor, ascending=True
+        )
+        records += page.records
+        cursor = page.cursor if page.records else cursor
+        if not page.has_more:
+            return records, cursor
+
+
 def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
-    @dg.asset_sensor(
-        asset_key=dg.AssetKey("eval_summary"),
+    @dg.sensor(
         name="comparison_guard",
         jobs=jobs,
+        minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Requests run_comparison only for comparable runs; launches rebaseline on request.",
+        description=(
+            "For every completed evaluation run, exactly once: compare it with its baseline, "
+            "launch the re-baseline, or say why not."
+        ),
     )
-    def comparison_guard(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):
-        """For each new eval_summary: compare, re-baseline, or skip with the reason (both digests
-        and the re-baseline command when the corpus or golden set changed)."""
-        requests, reason = guard_requests(
-            metadata_values(asset_event.asset_materialization.metadata)
-        )
+    def comparison_guard(context: dg.SensorEvaluationContext):
+        """A decision for each ``eval_summary`` materialization since the cursor: the run
+        requests it makes, and the reason of every run it skips (both digests and the
+        re-baseline command when the corpus or golden set changed)."""
+        records, cursor = completed_since(context.instance, context.cursor)
+        requests, skipped = [], []
+        for record in records:
+            summary = metadata_values(record.asset_materialization.metadata)
+            made, reason = guard_requests(summary)
+            context.log.info(f"{summary['eval_run_id']}: {reason}")
+            requests += made
+            if not made:
+                skipped.append(f"{summary['eval_run_id']}: {reason}")
+        skip = None
         if not requests:
-            return dg.SkipReason(reason)
-        context.log.info(reason)
-        return requests
+            skip = dg.SkipReason("; ".join(skipped) or "no evaluation run completed since")
+        return dg.SensorResult(run_requests=requests, cursor=cursor, skip_reason=skip)
 
     return comparison_guard
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_abandoned_runs(instance: dg.DagsterInstance, warehouse: WarehouseResource) -> list[str]:
+    """Fail every run started by a process of this machine that no longer exists; returns the
+    Dagster run ids it failed. Each one's evaluation run, if it began, is marked failed too."""
+    host = socket.gethostname()
+    failed = []
+    active = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING])
+    for run in instance.get_runs(filters=active, limit=500):
+        pid = run.tags.get(PID_TAG)
+        if run.tags.get(HOST_TAG) != host or not pid or process_alive(int(pid)):
+            continue
+        reason = f"the process that ran it (pid {pid} on {host}) is gone"
+        instance.report_run_failed(run, message=reason)
+        eval_run_id = run.tags.get(EVAL_RUN_TAG)
+        if eval_run_id:
+            warehouse.abandon(eval_run_id, reason)
+        failed.append(run.run_id)
+    return failed
+
+
+@dg.sensor(
+    name="abandoned_runs",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Fails runs marked started whose process on this machine has died.",
+)
+def abandoned_runs(context: dg.SensorEvaluationContext, warehouse_db: WarehouseResource):
+    """A run killed with its process (``kill -9``, a crashed machine) is failed, with the pid
+    in the message, so the queue drains and the run never looks finished."""
+    failed = fail_abandoned_runs(context.instance, warehouse_db)
+    return dg.SkipReason(
+        f"failed {len(failed)} abandoned run(s): {', '.join(failed)}"
+        if failed
+        else "no abandoned runs"
+    )

@@ -1,0 +1,86 @@
+"""Alerts: a short JSON message to a webhook when a night needs a person.
+
+The message is Slack-compatible (its ``text`` field is what a chat channel shows) and carries
+the facts a receiver can route on: ``kind`` (``gate_failure``, ``regression``, ``run_failure``),
+the Dagster run, the job, the partition and the evaluation run. The webhook URL is a secret (a
+Slack URL is its own key): it is never logged or put into an error message.
+"""
+
+from dataclasses import asdict, dataclass
+
+import httpx
+
+GATE_FAILURE = "gate_failure"
+REGRESSION = "regression"
+RUN_FAILURE = "run_failure"
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str
+    text: str
+    dagster_run_id: str
+    job: str
+    partition: str | None
+    eval_run_id: str | None
+
+    def payload(self) -> dict:
+        return asdict(self)
+
+
+def alert_for(
+    *,
+    dagster_run_id: str,
+    job: str,
+    partition: str | None,
+    eval_run_id: str | None,
+    failed_checks: list[tuple[str, str]],
+    failure_message: str,
+) -> Alert:
+    """The alert for a failed run: regressions first, then failed gates, else the failure."""
+    where = f"{job} {partition or ''}".strip()
+    regressions = [text for name, text in failed_checks if name == "gate_no_significant_regression"]
+    gates = [f"{name}: {text}" for name, text in failed_checks if name.startswith("gate_")]
+    run = f" (evaluation run {eval_run_id})" if eval_run_id else ""
+    if regressions:
+        return Alert(
+            REGRESSION,
+            f"rag_eval: {where}{run} regressed: {'; '.join(regressions)}",
+            dagster_run_id,
+            job,
+            partition,
+            eval_run_id,
+        )
+    if gates:
+        return Alert(
+            GATE_FAILURE,
+            f"rag_eval: {where}{run} failed release gates: {'; '.join(gates)}",
+            dagster_run_id,
+            job,
+            partition,
+            eval_run_id,
+        )
+    return Alert(
+        RUN_FAILURE,
+        f"rag_eval: {where}{run} failed: {failure_message}",
+        dagster_run_id,
+        job,
+        partition,
+        eval_run_id,
+    )
+
+
+def post_alert(url: str, alert: Alert, *, timeout_s: float = 10.0, attempts: int = 3) -> int:
+    """POST the alert as JSON; returns the HTTP status. Retries connection errors and 5xx;
+    raises ``RuntimeError`` (without the URL) when every attempt failed."""
+    last = "no attempt"
+    for _ in range(attempts):
+        try:
+            response = httpx.post(url, json=alert.payload(), timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+            continue
+        if response.status_code < 500:
+            return response.status_code
+        last = f"HTTP {response.status_code}"
+    raise RuntimeError(f"alert webhook did not accept the {alert.kind} alert: {last}")

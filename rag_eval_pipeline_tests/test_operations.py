@@ -1,0 +1,606 @@
+"""Unattended nights: the guard loses nothing, dead runs end, readers and the writer never block
+each other, judge faults are their own outcome, bad input is refused, failures raise alerts.
+
+Real materializations in an ephemeral instance, real processes and signals, a real HTTP judge
+endpoint and webhook on 127.0.0.1.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+from dagster._core.definitions.partitions.context import partition_loading_context
+from dagster._core.instance.ref import InstanceRef
+
+from rag_eval_pipeline.defs import build_definitions
+from rag_eval_pipeline.defs.alerts import failure_alerts
+from rag_eval_pipeline.defs.resources import LLMJudgeResource, WarehouseResource
+from rag_eval_pipeline.lib.deployment import Deployment
+from rag_eval_pipeline.testing import evaluation_assets, materialize_suite
+from rag_eval_pipeline.testing.fake_openai import FakeOpenAI
+
+from .conftest import FIXTURE_GATES, NIGHT, SUITE, fixture_assets, fixture_resources, fixture_suites
+
+ROOT = Path(__file__).resolve().parents[1]
+RAG_EVAL = str(Path(sys.executable).parent / "rag-eval")
+KEY_ENV = "RAG_EVAL_TEST_JUDGE_KEY"
+API_KEY = "sk-operations-test"
+JUDGE_GATES = """version: 1
+max_judge_error_share: 0.05
+gates:
+  - name: faithfulness
+    table: generation_metrics
+    metric: faithfulness
+    statistic: value
+    op: '>='
+    threshold: 0.5
+    needs_calibrated_judge: true
+  - name: no_significant_regression
+"""
+
+
+def query(path: Path, sql: str, parameters: dict | None = None) -> list[tuple]:
+    with duckdb.connect(str(path), read_only=True) as connection:
+        return connection.sql(sql, params=parameters).fetchall()
+
+
+class Guard:
+    """The comparison guard ticking over an ephemeral instance, its cursor kept between ticks."""
+
+    def __init__(self, library: Path, warehouse: Path):
+        self.library, self.warehouse = library, warehouse
+        self.instance = dg.DagsterInstance.ephemeral()
+        self.defs = build_definitions(
+            Deployment(gates=str(FIXTURE_GATES)), resources=fixture_resources(library, warehouse)
+        )
+        self.assets = fixture_assets()
+        self.cursor: str | None = None
+
+    def night(self, night: str) -> str:
+        result = materialize_suite(
+            night,
+            SUITE,
+            fixture_resources(self.library, self.warehouse),
+            instance=self.instance,
+            assets=self.assets,
+        )
+        assert result.success
+        return result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+
+    def tick(self):
+        context = dg.build_sensor_context(
+            instance=self.instance, definitions=self.defs, cursor=self.cursor
+        )
+        with partition_loading_context(dynamic_partitions_store=self.instance):
+            tick = self.defs.resolve_sensor_def("comparison_guard").evaluate_tick(context)
+        self.cursor = tick.cursor
+        return tick
+
+
+def compared(tick) -> list[str]:
+    return [
+        request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
+        for request in tick.run_requests
+        if request.job_name == "run_comparison_job"
+    ]
+
+
+def test_two_runs_in_one_tick_are_both_compared(library, tmp_path):
+    guard = Guard(library, tmp_path / "w.duckdb")
+    guard.night("2026-10-15")
+    assert guard.tick().run_requests == []
+    second, third = guard.night("2026-10-16"), guard.night("2026-10-17")
+    assert compared(guard.tick()) == [second, third]
+    # Exactly once: the next tick has nothing new.
+    again = guard.tick()
+    assert again.run_requests == [] and "no evaluation run completed since" in again.skip_message
+
+
+def test_a_ten_night_backfill_gets_ten_comparisons(library, tmp_path):
+    guard = Guard(library, tmp_path / "w.duckdb")
+    guard.night("2026-10-01")
+    guard.tick()
+    nights = [f"2026-10-{day:02d}" for day in range(2, 12)]
+    runs = [guard.night(night) for night in nights]
+    tick = guard.tick()
+    assert compared(tick) == runs
+    assert len({request.run_key for request in tick.run_requests}) == 10
+    assert [r.partition_key for r in tick.run_requests] == [f"{n}|golden" for n in nights]
+
+
+def cli_environment(library: Path, tmp_path: Path, **extra: str) -> dict:
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "RAG_EVAL_WAREHOUSE": str(tmp_path / "warehouse" / "rag_eval.duckdb"),
+        "RAG_EVAL_SUITES": str(fixture_suites(library)),
+        "RAG_EVAL_GATES": str(FIXTURE_GATES),
+        **extra,
+    }
+
+
+def nightly(night: str, env: dict, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", night, "--no-guard"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def wait_for_line(process: subprocess.Popen, text: str, timeout: float = 120) -> str:
+    """Read stderr until a line containing ``text``; returns what was read."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line and process.poll() is not None:
+            break
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"no line with {text!r} in: {''.join(seen)}")
+
+
+def instance_at(home: Path) -> dg.DagsterInstance:
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+
+
+def test_sigterm_fails_the_dagster_run_and_the_evaluation_run(library, tmp_path):
+    env = cli_environment(library, tmp_path)
+    process = nightly(NIGHT, env)
+    wait_for_line(process, "retrieval_run")
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    assert process.returncode == 128 + signal.SIGTERM
+    assert "interrupted" in err and "Traceback" not in err
+    with instance_at(tmp_path / "home") as instance:
+        [run] = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        eval_run_id = run.tags["rag_eval/eval_run_id"]
+    warehouse = tmp_path / "warehouse" / "rag_eval.duckdb"
+    assert query(
+        warehouse, "SELECT status FROM eval_runs WHERE eval_run_id = $r", {"r": eval_run_id}
+    ) == [("failed",)]
+
+
+def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(library, tmp_path):
+    env = cli_environment(library, tmp_path)
+    process = nightly(NIGHT, env)
+    wait_for_line(process, "retrieval_run")
+    process.kill()
+    process.wait(timeout=30)
+    with instance_at(tmp_path / "home") as instance:
+        [killed] = instance.get_runs()
+        assert killed.status == dg.DagsterRunStatus.STARTED
+        # The daemon's sweep sees the run's process is gone.
+        defs = build_definitions(Deployment(gates=str(FIXTURE_GATES)))
+        sensor = defs.resolve_sensor_def("abandoned_runs")
+        context = dg.build_sensor_context(
+            instance=instance,
+            resources={"warehouse_db": WarehouseResource(path=env["RAG_EVAL_WAREHOUSE"])},
+        )
+        skip = sensor.evaluate_tick(context).skip_message
+        assert f"failed 1 abandoned run(s): {killed.run_id}" == skip
+        assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        eval_run_id = killed.tags["rag_eval/eval_run_id"]
+    warehouse = Path(env["RAG_EVAL_WAREHOUSE"])
+    [(status, reason)] = query(
+        warehouse,
+        "SELECT status, status_reason FROM eval_runs WHERE eval_run_id = $r",
+        {"r": eval_run_id},
+    )
+    assert status == "failed" and "is gone" in reason
+    # And a killed run found by the next night from the command line.
+    process = nightly("2026-10-16", env)
+    wait_for_line(process, "retrieval_run")
+    process.kill()
+    process.wait(timeout=30)
+    finished = subprocess.run(
+        [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", "2026-10-17", "--no-guard"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "failed abandoned run" in finished.stderr
+    with instance_at(tmp_path / "home") as instance:
+        statuses = sorted(run.status.value for run in instance.get_runs())
+    assert statuses == ["FAILURE", "FAILURE", "SUCCESS"]
+
+
+ANALYST = textwrap.dedent(
+    """
+    import duckdb, sys, time, pathlib
+    connection = duckdb.connect(sys.argv[1], read_only=True)
+    before = connection.sql("SELECT count(*) FROM eval_runs").fetchall()[0][0]
+    pathlib.Path(sys.argv[2]).write_text(str(before))
+    while not pathlib.Path(sys.argv[3]).exists():
+        connection.sql("SELECT count(*) FROM retrieval_metrics").fetchall()
+        time.sleep(0.05)
+    print(connection.sql("SELECT count(*) FROM eval_runs").fetchall()[0][0])
+    """
+)
+
+
+def test_an_analyst_session_and_fifty_reads_never_block_the_night(library, tmp_path):
+    env = cli_environment(library, tmp_path)
+    first = nightly("2026-10-15", env)
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    warehouse = Path(env["RAG_EVAL_WAREHOUSE"])
+    opened, done = tmp_path / "opened", tmp_path / "done"
+    analyst = subprocess.Popen(
+        [sys.executable, "-c", ANALYST, str(warehouse), str(opened), str(done)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while not opened.exists():
+        time.sleep(0.05)
+    failures: list[str] = []
+    reads = 0
+
+    def short_reads() -> None:
+        nonlocal reads
+        while reads < 50:
+            try:
+                with duckdb.connect(str(warehouse), read_only=True) as connection:
+                    connection.sql("SELECT count(*) FROM eval_runs").fetchall()
+            except duckdb.Error as error:
+                failures.append(str(error))
+            reads += 1
+            time.sleep(0.1)
+
+    reader = threading.Thread(target=short_reads)
+    reader.start()
+    # Two nights at once, while the analyst holds the file and the reader keeps reading.
+    second, third = nightly("2026-10-16", env), nightly("2026-10-17", env)
+    assert second.wait(timeout=300) == 0, second.stderr.read()
+    assert third.wait(timeout=300) == 0, third.stderr.read()
+    reader.join(timeout=60)
+    done.touch()
+    out, err = analyst.communicate(timeout=60)
+    assert analyst.returncode == 0, err
+    assert failures == [] and reads == 50
+    # The analyst's session kept the state it opened; a new session sees all three nights.
+    assert out.strip() == opened.read_text() == "1"
+    assert query(warehouse, "SELECT count(*) FROM eval_runs WHERE complete") == [(3,)]
+
+
+def llm_judge(fake: FakeOpenAI, tmp_path: Path, **options) -> LLMJudgeResource:
+    return LLMJudgeResource(
+        base_url=fake.base_url,
+        model="fake-judge",
+        api_key_env=KEY_ENV,
+        cache_path=str(tmp_path / "judge_cache.sqlite"),
+        **options,
+    )
+
+
+def judged_night(library, tmp_path, judge):
+    gates = tmp_path / "judge_gates.yaml"
+    gates.write_text(JUDGE_GATES)
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse, judge=judge),
+        assets=evaluation_assets(gates),
+    )
+    return result, warehouse
+
+
+@pytest.fixture
+def judge_key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+
+
+def test_a_judge_that_answers_429_forever_fails_its_gates_not_the_figures(
+    library, tmp_path, judge_key
+):
+    with FakeOpenAI(API_KEY) as fake:
+        fake.fail_always("rate_limit", retry_after="0")
+        result, warehouse = judged_night(
+            library, tmp_path, llm_judge(fake, tmp_path, max_retries=2)
+        )
+    assert not result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    gate = checks["gate_faithfulness"]
+    assert not gate.passed and "the judge failed on 100.0% of the claims" in gate.description
+    rows = dict(
+        query(
+            warehouse,
+            "SELECT metric, value FROM generation_metrics "
+            "WHERE scope = 'overall' AND scope_value = 'answerable'",
+        )
+    )
+    # Faithfulness is not measured (no claim was judged), never 0.0.
+    assert "faithfulness" not in rows and rows["judge_error_rate"] == 1.0
+    assert query(warehouse, "SELECT DISTINCT verdict FROM judge_verdicts") == [("JUDGE_ERROR",)]
+    # A night with a failed judge is complete but never becomes the baseline.
+    assert query(warehouse, "SELECT status, is_baseline FROM eval_runs") == [("complete", False)]
+    assert query(warehouse, "SELECT count(*) FROM baseline_decisions") == [(0,)]
+
+
+def test_a_judge_that_never_answers_stops_at_the_deadline(library, tmp_path, judge_key):
+    started = time.monotonic()
+    with FakeOpenAI(API_KEY) as fake:
+        fake.fail_always("slow", seconds=120)
+        judge = llm_judge(fake, tmp_path, timeout=0.5, max_retries=1, deadline_seconds=3.0)
+        result, warehouse = judged_night(library, tmp_path, judge)
+    assert time.monotonic() - started < 30
+    assert result.asset_materializations_for_node("eval_summary")
+    assert query(warehouse, "SELECT DISTINCT verdict FROM judge_verdicts") == [("JUDGE_ERROR",)]
+
+
+def test_a_failed_claim_split_affects_only_its_item(library, tmp_path, judge_key):
+    with FakeOpenAI(API_KEY) as fake:
+        fake.fail("not_json", times=2)
+        judge = llm_judge(fake, tmp_path, max_retries=1, concurrency=1)
+        _, warehouse = judged_night(library, tmp_path, judge)
+    errors = query(
+        warehouse,
+        "SELECT item_id, claim_index FROM judge_verdicts WHERE verdict = 'JUDGE_ERROR'",
+    )
+    assert errors == [("q1", 0)]
+    judged = query(
+        warehouse,
+        "SELECT DISTINCT item_id FROM judge_verdicts WHERE verdict <> 'JUDGE_ERROR' ORDER BY 1",
+    )
+    assert judged == [("q2",), ("q3",)]
+    rate = query(
+        warehouse,
+        "SELECT value FROM generation_metrics WHERE metric = 'judge_error_rate' "
+        "AND scope = 'overall' AND scope_value = 'answerable'",
+    )[0][0]
+    assert 0 < rate < 1
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("- resources\n- settings\n", "run.yaml: a run configuration is a mapping"),
+        (
+            "resources:\n  settings:\n    config: {retrieval_depth: -5}\n",
+            "setting 'retrieval_depth' must be from 1",
+        ),
+        (
+            "resources:\n  settings:\n    config: {context_k: 0}\n",
+            "setting 'context_k' must be from 1 to 20, got 0",
+        ),
+        (
+            "resources:\n  settings:\n    config: {cutoffs: [5, 50]}\n",
+            "setting 'cutoffs' must be from 1 to 20, got 50",
+        ),
+        ("resources: {settings: {config: {context_k: [", "run.yaml: not valid YAML"),
+    ],
+)
+def test_bad_run_configuration_is_refused_before_anything_is_written(
+    library, tmp_path, config, message
+):
+    (tmp_path / "run.yaml").write_text(config)
+    env = cli_environment(library, tmp_path)
+    completed = subprocess.run(
+        [RAG_EVAL, "nightly", "--suite", SUITE, "--config", str(tmp_path / "run.yaml")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    [line] = completed.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not Path(env["RAG_EVAL_WAREHOUSE"]).exists()
+    assert not (tmp_path / "warehouse" / "store").exists()
+
+
+class Webhook:
+    """An HTTP server on 127.0.0.1 that keeps every JSON body posted to it."""
+
+    def __init__(self):
+        received = self.received = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                return
+
+            def do_POST(self) -> None:
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/rag-eval"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def alert_for_failed_run(result, instance, warehouse: Path) -> None:
+    run = instance.get_run_by_id(result.run_id)
+    [record] = instance.get_records_for_run(
+        result.run_id, of_type=dg.DagsterEventType.RUN_FAILURE
+    ).records
+    failure = record.event_log_entry.dagster_event
+    context = dg.build_run_status_sensor_context(
+        sensor_name="failure_alerts",
+        dagster_event=failure,
+        dagster_instance=instance,
+        dagster_run=run,
+        resources={"warehouse_db": WarehouseResource(path=str(warehouse))},
+    ).for_run_failure()
+    failure_alerts(context)
+
+
+def test_a_failing_gate_posts_an_alert_and_no_url_means_no_alert(library, tmp_path, monkeypatch):
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "version: 1\ngates:\n  - name: impossible_recall\n    table: retrieval_metrics\n"
+        "    metric: R@1\n    statistic: value\n    op: '>='\n    threshold: 1.01\n"
+    )
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse),
+        instance=instance,
+        assets=evaluation_assets(gates),
+    )
+    assert not result.success
+    monkeypatch.delenv("RAG_EVAL_ALERT_WEBHOOK", raising=False)
+    alert_for_failed_run(result, instance, warehouse)  # no URL: nothing posted, no error
+    with Webhook() as hook:
+        monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+        alert_for_failed_run(result, instance, warehouse)
+    [alert] = hook.received
+    assert alert["kind"] == "gate_failure"
+    assert alert["partition"] == f"{NIGHT}|golden" and alert["eval_run_id"].startswith(NIGHT)
+    assert "gate_impossible_recall" in alert["text"] and "R@1" in alert["text"]
+    assert hook.url not in json.dumps(alert)
+
+
+def test_a_failed_run_posts_a_run_failure_alert(library, tmp_path, monkeypatch):
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    (library / "golden.jsonl").write_text("{not json\n")
+    broken = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse),
+        instance=instance,
+        assets=fixture_assets(),
+    )
+    assert not broken.success
+    with Webhook() as hook:
+        monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+        alert_for_failed_run(broken, instance, warehouse)
+    [alert] = hook.received
+    assert alert["kind"] == "run_failure" and alert["eval_run_id"] is None
+    assert alert["text"].startswith(f"rag_eval: __ephemeral_asset_job__ {NIGHT}|golden failed:")
+
+
+def test_a_significant_regression_fails_the_comparison_and_posts_an_alert(tmp_path, monkeypatch):
+    """On the bundled suite, an evidence threshold of 5 refuses far more questions: the
+    comparison's regression gate fails its run, and the alert says which metrics regressed."""
+    from rag_eval_pipeline.defs.resources import ReferenceSystemResource
+    from rag_eval_pipeline.testing import evaluation_resources
+
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    assets = fixture_assets()
+    for night, threshold in (("2026-10-15", 3.0), ("2026-10-16", 5.0)):
+        resources = evaluation_resources(
+            suites=ROOT / "suites",
+            warehouse=warehouse,
+            system=ReferenceSystemResource(evidence_threshold=threshold),
+        )
+        assert materialize_suite(
+            night, "procedures", resources, instance=instance, assets=assets
+        ).success
+    comparison = materialize_suite(
+        "2026-10-16",
+        "procedures",
+        resources,
+        instance=instance,
+        assets=assets,
+        selection=[a for a in assets if a.key.path[-1] == "run_comparison"],
+    )
+    assert not comparison.success
+    with Webhook() as hook:
+        monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+        alert_for_failed_run(comparison, instance, warehouse)
+    [alert] = hook.received
+    assert alert["kind"] == "regression"
+    assert "refused" in alert["text"] and "answer_correct" in alert["text"]
+
+
+def test_the_alert_text_names_a_regression():
+    from rag_eval_pipeline.lib.reporting.alerts import REGRESSION, alert_for
+
+    alert = alert_for(
+        dagster_run_id="r1",
+        job="run_comparison_job",
+        partition="2026-10-16|procedures",
+        eval_run_id="2026-10-16-abc",
+        failed_checks=[
+            (
+                "gate_no_significant_regression",
+                "significantly worse than baseline 2026-10-15-def: Success@5, answer_correct",
+            )
+        ],
+        failure_message="1 blocking asset check failed",
+    )
+    assert alert.kind == REGRESSION
+    assert alert.text.startswith("rag_eval: run_comparison_job 2026-10-16|procedures")
+    assert "Success@5, answer_correct" in alert.text
+
+
+@pytest.fixture(autouse=True)
+def _no_real_key(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+def test_a_run_killed_inside_the_summary_is_not_the_latest_complete_run(library, tmp_path):
+    from rag_eval_pipeline.lib.runs.registry import latest_complete_run
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    assets = fixture_assets()
+    resources = fixture_resources(library, warehouse)
+    first = materialize_suite(NIGHT, SUITE, resources, instance=instance, assets=assets)
+    first_id = first.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+    # The next night begins (its record is written, status started) and dies before loading.
+    partial = materialize_suite(
+        "2026-10-16",
+        SUITE,
+        resources,
+        instance=instance,
+        assets=assets,
+        selection=[
+            a
+            for a in assets
+            if a.key.path[-1] in ("corpus_snapshot", "golden_set", "retrieval_run")
+        ],
+    )
+    partial_id = partial.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+    with Warehouse(warehouse).reading() as connection:
+        assert latest_complete_run(connection, SUITE) == first_id
+    # The next write of the warehouse (any night's, a baseline decision) lists the run that
+    # began as started: incomplete, never missing and never complete.
+    with resources["warehouse_db"].publishing():
+        pass
+    with Warehouse(warehouse).reading() as connection:
+        assert latest_complete_run(connection, SUITE) == first_id
+    assert query(
+        warehouse, "SELECT status FROM eval_runs WHERE eval_run_id = $r", {"r": partial_id}
+    ) == [("started",)]
