@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export RAG_EVAL_TIMEZONE ?= UTC
 UI_PORT ?= 3000
 
-.PHONY: install nightly test lint format ui validate bench clean
+.PHONY: install nightly test lint format ui daemon validate bench clean
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -44,6 +44,11 @@ validate: install
 
 ui: install
 	$(VENV)/bin/dagster-webserver -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+
+# The schedule and the sensors (comparison guard, abandoned runs, failure alerts) run only under
+# the daemon: run it beside `make ui`, as the platform team does (docs/OPERATIONS.md).
+daemon: install
+	$(VENV)/bin/dagster-daemon run -w workspace.yaml
 
 bench: install
 	$(VENV)/bin/python bench/bench_nightly.py

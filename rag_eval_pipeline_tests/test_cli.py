@@ -238,7 +238,9 @@ def test_a_bare_nightly_is_recorded_in_the_project_instance(library, tmp_path):
     )
     assert completed.returncode == 0, completed.stderr
     # A line per finished step with its time, and where the results are.
-    assert re.search(r"^  retrieval_run\s+\d+\.\d\d s$", completed.stderr, re.MULTILINE)
+    assert re.search(
+        r"^  retrieval_run: finish_retrieval\s+\d+\.\d\d s$", completed.stderr, re.MULTILINE
+    )
     assert "warehouse  " + str(project / "warehouse" / "rag_eval.duckdb") in completed.stdout
     assert "report     " + str(project / "warehouse" / "reports") in completed.stdout
     with duckdb.connect(str(project / "warehouse" / "rag_eval.duckdb"), read_only=True) as db:
@@ -267,7 +269,7 @@ def test_an_incomplete_run_says_so_and_exits_non_zero(library, tmp_path):
     result = materialize_suite(
         NIGHT, SUITE, fixture_resources(library, warehouse), assets=fixture_assets()
     )
-    run_id = result.output_for_node("retrieval_run")["eval_run_id"]
+    run_id = result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
     with Warehouse(warehouse).writing() as connection:
         connection.execute(
             "UPDATE eval_run_records SET status = 'started' WHERE eval_run_id = $run",

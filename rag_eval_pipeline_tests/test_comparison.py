@@ -34,6 +34,7 @@ class Nights:
         self.library = library
         self.warehouse = warehouse
         self.instance = dg.DagsterInstance.ephemeral()
+        self.cursor: str | None = None
         self.assets = fixture_assets()
         self.defs = build_definitions(
             Deployment(gates=str(FIXTURE_GATES)),
@@ -62,10 +63,15 @@ class Nights:
         )
 
     def tick(self):
-        context = dg.build_sensor_context(instance=self.instance, definitions=self.defs)
+        """One tick of the guard, carrying its cursor from tick to tick as the daemon does."""
+        context = dg.build_sensor_context(
+            instance=self.instance, definitions=self.defs, cursor=self.cursor
+        )
         # The daemon evaluates sensors with the instance as the dynamic-partitions store.
         with partition_loading_context(dynamic_partitions_store=self.instance):
-            return self.defs.resolve_sensor_def("comparison_guard").evaluate_tick(context)
+            tick = self.defs.resolve_sensor_def("comparison_guard").evaluate_tick(context)
+        self.cursor = tick.cursor
+        return tick
 
     def query(self, sql: str, parameters: dict | None = None):
         with duckdb.connect(str(self.warehouse), read_only=True) as connection:

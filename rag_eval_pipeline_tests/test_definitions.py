@@ -20,15 +20,20 @@ EXPECTED_GRAPH = {
     "generation_run": ("system_runs", ["retrieval_run"]),
     "judge_sample": ("judging", ["generation_run"]),
     "judge_calibration": ("judging", ["judge_sample"]),
+    "claim_diagnostics": ("judging", ["judge_sample"]),
     "retrieval_metrics": ("metrics", ["retrieval_run"]),
     "generation_metrics": ("metrics", ["generation_run", "judge_sample"]),
-    "eval_summary": ("metrics", ["generation_metrics", "judge_calibration", "retrieval_metrics"]),
+    "eval_summary": (
+        "metrics",
+        ["claim_diagnostics", "generation_metrics", "judge_calibration", "retrieval_metrics"],
+    ),
     "run_comparison": ("comparison", ["eval_summary"]),
 }
 EXPECTED_CHECKS = {
     ("corpus_snapshot", "has_current_passages"),
     ("golden_set", "no_drifted_items"),
     ("golden_set", "no_answer_share"),
+    ("retrieval_run", "system_errors_within_bound"),
     ("generation_run", "answers_cite_retrieved_passages"),
     ("eval_summary", "gate_success_at_5"),
     ("eval_summary", "gate_confident_wrong"),
@@ -71,7 +76,11 @@ def test_jobs_and_schedules():
     assert schedule.execution_timezone == os.environ.get("RAG_EVAL_TIMEZONE", "UTC")
     assert schedule.job_name == "nightly_eval"
     assert sorted(s.name for s in defs.schedules) == ["nightly_eval_schedule"]
-    assert sorted(s.name for s in defs.sensors) == ["comparison_guard"]
+    assert sorted(s.name for s in defs.sensors) == [
+        "abandoned_runs",
+        "comparison_guard",
+        "failure_alerts",
+    ]
     assert sorted(j.name for j in defs.jobs) == ["nightly_eval", "rebaseline", "run_comparison_job"]
     nightly = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
     assert "run_comparison" not in nightly and "eval_summary" in nightly
@@ -119,4 +128,4 @@ def test_dagster_is_imported_only_outside_lib():
     assert len(modules) > 20
     for module in modules:
         assert "import dagster" not in module.read_text(), module.name
-    assert dg.__version__ == "1.13.28"
+    assert dg.__version__ == "1.13.27"

@@ -35,7 +35,7 @@ def night(library, warehouse, instance, **settings):
         assets=fixture_assets(),
     )
     assert result.success
-    return result.output_for_node("retrieval_run")["eval_run_id"]
+    return result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
 
 
 def test_two_context_sizes_on_one_night_are_two_runs(library, tmp_path):

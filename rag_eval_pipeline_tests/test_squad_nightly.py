@@ -98,7 +98,7 @@ def materialize_replay(squad: dict, traces: Path, warehouse_path: Path) -> str:
         assets=fixture_assets(),
     )
     assert result.success
-    return result.output_for_node("retrieval_run")["eval_run_id"]
+    return result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
 
 
 @pytest.fixture(scope="module")

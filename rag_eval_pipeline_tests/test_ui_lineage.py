@@ -46,6 +46,7 @@ GROUPS = {
     "generation_run": "system_runs",
     "judge_sample": "judging",
     "judge_calibration": "judging",
+    "claim_diagnostics": "judging",
     "retrieval_metrics": "metrics",
     "generation_metrics": "metrics",
     "eval_summary": "metrics",
@@ -58,12 +59,14 @@ EDGES = {
     ("retrieval_run", "generation_run"),
     ("generation_run", "judge_sample"),
     ("judge_sample", "judge_calibration"),
+    ("judge_sample", "claim_diagnostics"),
     ("retrieval_run", "retrieval_metrics"),
     ("generation_run", "generation_metrics"),
     ("judge_sample", "generation_metrics"),
     ("retrieval_metrics", "eval_summary"),
     ("generation_metrics", "eval_summary"),
     ("judge_calibration", "eval_summary"),
+    ("claim_diagnostics", "eval_summary"),
     ("eval_summary", "run_comparison"),
 }
 CHECKS = {

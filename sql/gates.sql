@@ -7,3 +7,14 @@ FROM retrieval_metrics WHERE eval_run_id = $run
 UNION ALL
 SELECT 'generation_metrics' AS "table", scope, scope_value, metric, value, ci_low, ci_high, n
 FROM generation_metrics WHERE eval_run_id = $run
+UNION ALL
+-- The judge-only estimates and the stability rate (the prediction-powered rows are ppi_rows).
+SELECT 'judge_rate_estimates' AS "table", scope, scope_value, metric, value, ci_low, ci_high,
+       n_judged AS n
+FROM judge_rate_estimates WHERE eval_run_id = $run AND method NOT LIKE 'ppi%'
+
+-- name: ppi_rows
+-- The prediction-powered estimates judge gates rest on once enough labels matched.
+SELECT scope, scope_value, metric, method, unit, value, ci_low, ci_high, n_judged, n_labelled,
+       reason
+FROM judge_rate_estimates WHERE eval_run_id = $run AND method LIKE 'ppi%'

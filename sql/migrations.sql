@@ -39,3 +39,8 @@ UPDATE baseline_decisions SET suite = golden_set WHERE suite IS NULL
 ALTER TABLE generation_item_metrics ALTER COLUMN correct DROP NOT NULL;
 ALTER TABLE generation_item_metrics ALTER COLUMN exact_match DROP NOT NULL;
 ALTER TABLE generation_item_metrics ALTER COLUMN token_f1 DROP NOT NULL
+
+-- name: capture_columns
+-- The trace file a live run captured (lib/systems/capture.py) and its SHA-256.
+ALTER TABLE eval_run_records ADD COLUMN IF NOT EXISTS trace_file VARCHAR;
+ALTER TABLE eval_run_records ADD COLUMN IF NOT EXISTS trace_digest VARCHAR

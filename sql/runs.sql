@@ -39,3 +39,7 @@ SELECT baseline_run_id, metric, candidate_value, baseline_value, delta, ci_low, 
 FROM run_comparisons
 WHERE candidate_run_id = $run
 ORDER BY metric
+
+-- name: record_starts
+-- What the warehouse knows of each run's start, to sync records from the run store.
+SELECT eval_run_id, started_at, trace_file FROM eval_run_records

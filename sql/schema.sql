@@ -92,7 +92,9 @@ CREATE TABLE IF NOT EXISTS eval_run_records (
     started_at TIMESTAMP NOT NULL,
     completed_at TIMESTAMP,
     headline VARCHAR,
-    report_path VARCHAR
+    report_path VARCHAR,
+    trace_file VARCHAR,
+    trace_digest VARCHAR
 );
 CREATE TABLE IF NOT EXISTS run_baselines (
     eval_run_id VARCHAR PRIMARY KEY,
@@ -119,6 +121,22 @@ CREATE TABLE IF NOT EXISTS generation_results (
     context_ids VARCHAR[] NOT NULL,
     citation_valid BOOLEAN,
     best_score DOUBLE
+);
+-- One row per item: what the call to the system under test came to. outcome 'ok' (a trace was
+-- recorded) or 'system_error' (the call failed: cause and error say why; the item is left out of
+-- every retrieval and generation rate). attempts, latency_ms, tokens and cost are null where the
+-- system does not report them (the in-process systems make no calls).
+CREATE TABLE IF NOT EXISTS system_calls (
+    eval_run_id VARCHAR NOT NULL,
+    item_id VARCHAR NOT NULL,
+    outcome VARCHAR NOT NULL,
+    cause VARCHAR,
+    error VARCHAR,
+    attempts INTEGER,
+    latency_ms DOUBLE,
+    prompt_tokens BIGINT,
+    completion_tokens BIGINT,
+    cost DOUBLE
 );
 CREATE TABLE IF NOT EXISTS judge_verdicts (
     eval_run_id VARCHAR NOT NULL,
@@ -202,6 +220,92 @@ CREATE TABLE IF NOT EXISTS judge_calibration (
     kappa DOUBLE,
     calibrated BOOLEAN NOT NULL,
     reason VARCHAR NOT NULL
+);
+-- Every repeat's verdict (1 to judge_repeats) of every sampled claim against its context
+-- (lib/judges/stability.py); repeat 1 is the verdict of judge_verdicts.
+CREATE TABLE IF NOT EXISTS judge_repeat_verdicts (
+    eval_run_id VARCHAR NOT NULL,
+    item_id VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    claim_index INTEGER NOT NULL,
+    claim VARCHAR NOT NULL,
+    "repeat" INTEGER NOT NULL,
+    verdict VARCHAR NOT NULL,
+    passage_id VARCHAR,
+    replayed BOOLEAN NOT NULL
+);
+-- Judge-based rates two ways (lib/judges/estimates.py): method judge_only_* (the judge alone) and
+-- ppi++95 (prediction-powered: the judge on n_judged units, human labels on n_labelled of them);
+-- unit 'item' (faithfulness, a mean over items) or 'claim'; ppi_lambda the weight PPI++ gave the
+-- judge. judge_unstable_claim_rate (method wilson95) is the judge's stability over repeats.
+CREATE TABLE IF NOT EXISTS judge_rate_estimates (
+    eval_run_id VARCHAR NOT NULL,
+    scope VARCHAR NOT NULL,
+    scope_value VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    method VARCHAR NOT NULL,
+    unit VARCHAR NOT NULL,
+    value DOUBLE,
+    ci_low DOUBLE,
+    ci_high DOUBLE,
+    n_judged INTEGER NOT NULL,
+    n_labelled INTEGER NOT NULL,
+    ppi_lambda DOUBLE,
+    reason VARCHAR
+);
+-- What each judging step spent (lib/judges/budget.py): requests sent, answers replayed from the
+-- cache, tokens (reported by the endpoint, else estimated), cost at the configured price, and
+-- whether the budget stopped it (not_sent: requests refused, recorded as JUDGE_ERROR).
+CREATE TABLE IF NOT EXISTS judge_usage (
+    eval_run_id VARCHAR NOT NULL,
+    step VARCHAR NOT NULL,
+    judge_id VARCHAR NOT NULL,
+    requests INTEGER NOT NULL,
+    replayed INTEGER NOT NULL,
+    estimated_tokens BIGINT NOT NULL,
+    reported_tokens BIGINT NOT NULL,
+    tokens BIGINT NOT NULL,
+    cost DOUBLE,
+    budget_tokens BIGINT,
+    budget_cost DOUBLE,
+    budget_exhausted BOOLEAN NOT NULL,
+    not_sent INTEGER NOT NULL,
+    reason VARCHAR
+);
+-- Claim-level diagnostics against reference answers (lib/judges/diagnostics.py): every question
+-- put to the judge (subject answer_claim or reference_claim, against reference, answer or one
+-- passage), the per-item metrics (lib/metrics/claim_diagnostics.py) and their means per source.
+CREATE TABLE IF NOT EXISTS diagnostic_verdicts (
+    eval_run_id VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    item_id VARCHAR NOT NULL,
+    subject VARCHAR NOT NULL,
+    claim_index INTEGER NOT NULL,
+    claim VARCHAR NOT NULL,
+    against VARCHAR NOT NULL,
+    passage_id VARCHAR,
+    verdict VARCHAR NOT NULL,
+    replayed BOOLEAN NOT NULL
+);
+CREATE TABLE IF NOT EXISTS diagnostic_item_metrics (
+    eval_run_id VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    item_id VARCHAR NOT NULL,
+    golden_item_id VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    value DOUBLE
+);
+CREATE TABLE IF NOT EXISTS diagnostic_metrics (
+    eval_run_id VARCHAR NOT NULL,
+    scope VARCHAR NOT NULL,
+    scope_value VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    value DOUBLE,
+    ci_low DOUBLE,
+    ci_high DOUBLE,
+    n_items INTEGER NOT NULL,
+    n_items_left_out INTEGER NOT NULL,
+    interval_method VARCHAR NOT NULL
 );
 CREATE TABLE IF NOT EXISTS run_comparisons (
     candidate_run_id VARCHAR NOT NULL,

@@ -18,7 +18,7 @@ or a release gate that fails exits 1.
 import argparse
 import sys
 
-from rag_eval_pipeline.cli import data, nightly, runs
+from rag_eval_pipeline.cli import data, judge_plan, nightly, runs, serve
 from rag_eval_pipeline.lib.errors import RagEvalError
 
 
@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     nightly.add_commands(commands)
     runs.add_commands(commands)
     data.add_commands(commands)
+    serve.add_commands(commands)
+    judge_plan.add_commands(commands)
     return parser
 
 

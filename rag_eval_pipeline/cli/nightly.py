@@ -11,9 +11,13 @@ after every table and the comparison are written.
 import argparse
 import datetime as dt
 import os
+import signal
+import socket
 import sys
 import time
+import uuid
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -30,6 +34,7 @@ from rag_eval_pipeline.lib.runs.record import (
 )
 
 CHECK_FAILURE = "DagsterAssetCheckFailedError"
+INTERRUPTED = "DagsterExecutionInterruptedError"
 
 
 def read_run_config(path: str | None) -> dict:
@@ -42,7 +47,7 @@ def read_run_config(path: str | None) -> dict:
     try:
         document = yaml.safe_load(source.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
     if document is None:
         return {}
     if not isinstance(document, dict):
@@ -81,26 +86,116 @@ def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
         ) from None
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a run."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@contextmanager
+def interrupts_stop_the_run():
+    """SIGTERM and SIGINT raise ``Interrupted`` in the main thread, so a run stops within
+    seconds and is marked failed, rather than dying unrecorded (SIGTERM) or waiting on threads."""
+
+    def stop(number, frame):
+        raise Interrupted(signal.Signals(number).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=None, verbose=False):
-    """Execute one job in-process, a line per finished step on stderr."""
+    """Execute one job in-process, a line per finished step on stderr.
+
+    The run is tagged with this machine and process, so a run whose process dies (``kill -9``)
+    is failed by the next ``rag-eval nightly`` or the ``abandoned_runs`` sensor. An interrupt
+    (SIGINT, SIGTERM) fails the Dagster run and its evaluation run, then exits at once.
+    """
     import dagster as dg
 
-    log_level = "DEBUG" if verbose else "WARNING"
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG
+
+    # Failures are reported as one line each (failure_messages); --verbose shows Dagster's log.
+    log_level = "DEBUG" if verbose else "CRITICAL"
     config = {
         **(run_config or {}),
         "loggers": {"console": {"config": {"log_level": log_level}}, "step_progress": {}},
     }
+    run_id = str(uuid.uuid4())
+    tags = {**(tags or {}), HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
     try:
-        return defs.resolve_job_def(job_name).execute_in_process(
-            run_config=config,
-            partition_key=key,
-            instance=instance,
-            raise_on_error=False,
-            tags=tags or {},
-        )
+        with interrupts_stop_the_run():
+            if project.deployment().executor == "in_process":
+                return defs.resolve_job_def(job_name).execute_in_process(
+                    run_config=config,
+                    partition_key=key,
+                    instance=instance,
+                    raise_on_error=False,
+                    tags=tags,
+                    run_id=run_id,
+                )
+            return execute_on_workers(instance, job_name, key, config, tags)
     except dg.DagsterInvalidConfigError as error:
         problems = "; ".join(e.message for e in error.errors) or str(error)
         raise ConfigError(f"run configuration of {job_name}: {problems}") from None
+    except KeyboardInterrupt as interrupt:
+        name = getattr(interrupt, "signal_name", "SIGINT")
+        end_interrupted_run(instance, run_id, f"interrupted by {name}")
+        print(f"error: {job_name} interrupted by {name}; the run is marked failed", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        # Threads still waiting on an endpoint must not keep the process alive.
+        os._exit(128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT))
+
+
+def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: dict):
+    """Run a job whose steps run in other processes (multiprocess, Celery workers): they rebuild
+    the job from the environment (``defs.reconstruct``). The run id is the instance's."""
+    import dagster as dg
+
+    from rag_eval_pipeline.defs.reconstruct import reconstructable_job
+
+    night, suite = key.split("|")
+    partition_tags = {
+        "dagster/partition": key,
+        "dagster/partition/night": night,
+        "dagster/partition/suite": suite,
+    }
+    return dg.execute_job(
+        reconstructable_job(job_name),
+        instance=instance,
+        run_config=config,
+        tags={**tags, **partition_tags},
+        raise_on_error=False,
+    )
+
+
+def end_interrupted_run(instance, run_id: str, reason: str) -> None:
+    """Fail an interrupted Dagster run (if Dagster has not) and its evaluation run."""
+    import dagster as dg
+
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        return
+    if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING):
+        instance.report_run_failed(run, message=reason)
+    eval_run_id = run.tags.get(EVAL_RUN_TAG)
+    if eval_run_id:
+        project.warehouse_resource().abandon(eval_run_id, reason)
+
+
+def step_name(step_key: str) -> str:
+    """A step as a person reads it: the asset, and the shard of a sharded asset's step
+    (``retrieval_run.retrieve_shard[shard_0003]`` -> ``retrieval_run (shard_0003)``)."""
+    asset, _, op = step_key.partition(".")
+    shard = op[op.index("[") + 1 : -1] if "[" in op else ""
+    return f"{asset} ({shard})" if shard else asset
 
 
 def failure_messages(result) -> list[str]:
@@ -112,12 +207,17 @@ def failure_messages(result) -> list[str]:
         error = event.event_specific_data.error
         if error is not None and CHECK_FAILURE in (error.cls_name or ""):
             continue
+        if error is not None and INTERRUPTED in (error.cls_name or ""):
+            lines.append(
+                f"step {step_name(event.step_key)} failed: interrupted (SIGINT or SIGTERM)"
+            )
+            continue
         cause = error.cause if error is not None and error.cause is not None else error
         text = (cause.message if cause is not None else "").strip()
         head, _, rest = text.partition(": ")
         if rest and head.endswith(("Error", "Exception")):
             text = rest
-        lines.append(f"step {event.step_key} failed: {' '.join(text.split())}")
+        lines.append(f"step {step_name(event.step_key)} failed: {' '.join(text.split())}")
     return lines
 
 
@@ -143,12 +243,10 @@ def summary_facts(result) -> dict | None:
 
 def mark_failed(instance, result, reason: str) -> None:
     """Mark the evaluation run of a failed Dagster run as failed in the warehouse."""
-    from rag_eval_pipeline.lib.runs.lifecycle import abandon_run
-
     run = instance.get_run_by_id(result.run_id)
     eval_run_id = run.tags.get(EVAL_RUN_TAG) if run is not None else None
     if eval_run_id:
-        abandon_run(project.warehouse(), eval_run_id, reason)
+        project.warehouse_resource().abandon(eval_run_id, reason)
 
 
 def command_nightly(args: argparse.Namespace) -> int:
@@ -157,7 +255,7 @@ def command_nightly(args: argparse.Namespace) -> int:
 
     from rag_eval_pipeline.defs import build_definitions
     from rag_eval_pipeline.defs.partitions import SUITE, partition_key
-    from rag_eval_pipeline.defs.sensors import guard_requests
+    from rag_eval_pipeline.defs.sensors import fail_abandoned_runs, guard_requests
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
     from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
 
@@ -173,21 +271,19 @@ def command_nightly(args: argparse.Namespace) -> int:
     instance = dg.DagsterInstance.get()
     if suite not in instance.get_dynamic_partitions(SUITE):
         instance.add_dynamic_partitions(SUITE, [suite])
+    for abandoned in fail_abandoned_runs(instance, project.warehouse_resource()):
+        print(f"failed abandoned run {abandoned}: its process is gone", file=sys.stderr)
     loaded = time.perf_counter()
     print(f"nightly_eval: suite {suite}, night {night}", file=sys.stderr, flush=True)
-    try:
-        result = run_job(
-            defs,
-            instance,
-            "nightly_eval",
-            partition_key(night, suite),
-            run_config=run_config,
-            tags=dict(args.tag or []),
-            verbose=args.verbose,
-        )
-    except KeyboardInterrupt:
-        print("error: interrupted; the run is marked failed", file=sys.stderr)
-        raise
+    result = run_job(
+        defs,
+        instance,
+        "nightly_eval",
+        partition_key(night, suite),
+        run_config=run_config,
+        tags=dict(args.tag or []),
+        verbose=args.verbose,
+    )
     if args.timings:
         print(f"timing: imports and definitions {loaded - started:.2f} s", file=sys.stderr)
         print(f"timing: job {time.perf_counter() - loaded:.2f} s", file=sys.stderr)
@@ -196,6 +292,10 @@ def command_nightly(args: argparse.Namespace) -> int:
         mark_failed(instance, result, "; ".join(step_failures))
         for line in step_failures:
             print(f"error: {line}", file=sys.stderr)
+        if any("interrupted" in line for line in step_failures):
+            sys.stderr.flush()
+            # Threads still waiting on an endpoint must not keep the process alive.
+            os._exit(128 + signal.SIGTERM)
         return 1
     summary = summary_facts(result)
     if summary is None:

@@ -21,6 +21,14 @@ def warehouse() -> Warehouse:
     return Warehouse(project_path(deployment().warehouse))
 
 
+def warehouse_resource():
+    """The deployment's warehouse and run store, as the definitions see them."""
+    from rag_eval_pipeline.defs.resources import WarehouseResource
+
+    chosen = deployment()
+    return WarehouseResource(path=chosen.warehouse, store=chosen.run_store)
+
+
 def existing_warehouse() -> Warehouse:
     """The published warehouse, which must exist already."""
     found = warehouse()

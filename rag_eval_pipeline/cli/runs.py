@@ -101,7 +101,8 @@ def command_accept_baseline(args: argparse.Namespace) -> int:
 
     if not args.reason.strip():
         raise ConfigError("a baseline decision needs a reason (--reason)")
-    with project.existing_warehouse().writing() as connection:
+    project.existing_warehouse()
+    with project.warehouse_resource().publishing() as connection:
         decision = accept_baseline(
             connection,
             args.eval_run_id,

@@ -4,6 +4,8 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from rag_eval_pipeline.defs.alerts import failure_alerts
+from rag_eval_pipeline.defs.claim_diagnostics import build_claim_diagnostics
 from rag_eval_pipeline.defs.comparison import build_run_comparison
 from rag_eval_pipeline.defs.corpus_snapshot import build_corpus_snapshot
 from rag_eval_pipeline.defs.eval_summary import build_eval_summary
@@ -21,15 +23,17 @@ from rag_eval_pipeline.defs.progress import LOGGERS
 from rag_eval_pipeline.defs.resources import (
     DeterministicJudgeResource,
     EvalSettings,
+    HttpSystemResource,
     LLMJudgeResource,
     ReferenceSystemResource,
     ReplaySystemResource,
+    ShardingResource,
     SuiteRegistryResource,
     WarehouseResource,
 )
 from rag_eval_pipeline.defs.retrieval_run import build_retrieval_run
 from rag_eval_pipeline.defs.schedules import build_nightly_schedule
-from rag_eval_pipeline.defs.sensors import build_comparison_guard
+from rag_eval_pipeline.defs.sensors import abandoned_runs, build_comparison_guard
 from rag_eval_pipeline.lib.deployment import Deployment
 from rag_eval_pipeline.lib.runs.gates import GateSet, read_gates
 
@@ -47,6 +51,7 @@ def build_evaluation_assets(
         build_retrieval_metrics(partitions),
         build_generation_metrics(partitions),
         build_judge_calibration(partitions),
+        build_claim_diagnostics(partitions),
         build_eval_summary(partitions, gates),
     ]
 
@@ -54,11 +59,13 @@ def build_evaluation_assets(
 def build_resources(deployment: Deployment) -> dict:
     """The offline defaults (bundled suites, the reference system, the deterministic judge),
     with the real integrations the deployment chooses."""
-    system = (
-        ReplaySystemResource(path=deployment.traces)
-        if deployment.system == "replay"
-        else ReferenceSystemResource()
-    )
+    systems = {
+        "replay": lambda: ReplaySystemResource(path=deployment.traces),
+        "http": lambda: HttpSystemResource(
+            base_url=deployment.system_url, api_key_env=deployment.system_key_env
+        ),
+    }
+    system = systems.get(deployment.system, ReferenceSystemResource)()
     judge = (
         LLMJudgeResource(
             base_url=deployment.judge_base_url,
@@ -74,6 +81,7 @@ def build_resources(deployment: Deployment) -> dict:
         "system": system,
         "judge": judge,
         "warehouse_db": WarehouseResource(path=deployment.warehouse, store=deployment.run_store),
+        "sharding": ShardingResource(shards=deployment.shards),
     }
 
 
@@ -83,7 +91,7 @@ def build_definitions(
     """Every asset, check, job, schedule, sensor and resource of the code location."""
     partitions = nightly_partitions(deployment.timezone)
     gates = read_gates(deployment.gates_file)
-    nightly_eval, rebaseline, run_comparison_job = build_jobs(partitions, deployment.executor)
+    nightly_eval, rebaseline, run_comparison_job = build_jobs(partitions, deployment)
     return dg.Definitions(
         assets=[
             *build_evaluation_assets(partitions, gates),
@@ -91,7 +99,11 @@ def build_definitions(
         ],
         jobs=[nightly_eval, rebaseline, run_comparison_job],
         schedules=[build_nightly_schedule(nightly_eval, deployment.timezone, deployment.suites)],
-        sensors=[build_comparison_guard([run_comparison_job, rebaseline])],
+        sensors=[
+            build_comparison_guard([run_comparison_job, rebaseline]),
+            abandoned_runs,
+            failure_alerts,
+        ],
         resources=dict(resources) if resources is not None else build_resources(deployment),
         loggers=LOGGERS,
     )

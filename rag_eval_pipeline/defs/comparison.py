@@ -67,8 +67,7 @@ def build_run_comparison(
         ``run_comparisons``. Across corpus or golden-set digests nothing is compared: the row says
         why and the blocking check fails, naming both digests and the re-baseline command."""
         night, suite = night_and_suite(context)
-        warehouse = warehouse_db.warehouse()
-        with warehouse.writing() as connection:
+        with warehouse_db.publishing() as connection:
             candidate_id = config.candidate_run_id or latest_complete_of_partition(
                 connection, night, suite
             )

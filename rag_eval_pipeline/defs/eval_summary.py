@@ -95,6 +95,7 @@ def build_eval_summary(partitions: dg.PartitionsDefinition, gates: GateSet) -> d
         retrieval_metrics: dict,
         generation_metrics: dict,
         judge_calibration: dict,
+        claim_diagnostics: dict,
         warehouse_db: WarehouseResource,
     ):
         """The finished run loaded into the warehouse in one publish: every table, its
@@ -102,16 +103,20 @@ def build_eval_summary(partitions: dg.PartitionsDefinition, gates: GateSet) -> d
         its baseline settled; the HTML report written; the release gates checked."""
         record = record_of(retrieval_metrics)
         report_file = warehouse_db.report_path(record.eval_run_id)
-        with warehouse_db.warehouse().writing() as connection:
+        with warehouse_db.publishing() as connection:
             finished = finish_run(
                 connection,
                 warehouse_db.run_store(),
                 record,
                 report_path=str(report_file),
                 seed=record.settings.seed,
+                max_judge_error_share=gates.max_judge_error_share,
             )
             gate_rows = read_frame(
                 connection, sql_query("gates", "metric_rows"), {"run": record.eval_run_id}
+            )
+            ppi_rows = read_frame(
+                connection, sql_query("gates", "ppi_rows"), {"run": record.eval_run_id}
             )
             report_data = load_report_data(connection, record.eval_run_id)
         rendered = render_charts(report_data)
@@ -122,6 +127,9 @@ def build_eval_summary(partitions: dg.PartitionsDefinition, gates: GateSet) -> d
             gate_rows,
             judge_calibrated=bool(calibration.get("calibrated")),
             judge_reason=calibration.get("reason", "no calibration"),
+            max_judge_error_share=gates.max_judge_error_share,
+            ppi=ppi_rows,
+            min_labels_for_ppi=gates.min_labels_for_ppi,
         )
         failing = [f"- {r.message}" for r in results if not r.passed]
         markdown = summary_markdown(finished.headline)

@@ -7,24 +7,49 @@ compares a completed run with its baseline (requested by the comparison guard).
 
 import dagster as dg
 
+from rag_eval_pipeline.lib.deployment import Deployment
+
 EVALUATION_ASSETS = dg.AssetSelection.groups("inputs", "system_runs", "judging", "metrics")
-EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
 
 
-def build_jobs(partitions: dg.PartitionsDefinition, executor: str) -> tuple:
-    """``nightly_eval``, ``rebaseline`` and ``run_comparison_job`` on the given executor."""
+def chosen_executor(deployment: Deployment) -> dg.ExecutorDefinition:
+    """The executor the deployment names: in-process (the default: on two cores the
+    multiprocess executor's start-up per step costs more than most steps take), multiprocess,
+    Celery workers over a broker (``docs/SCALING.md``), or a Kubernetes job per step."""
+    if deployment.executor == "celery":
+        from dagster_celery import celery_executor
+
+        return celery_executor.configured(
+            {
+                "broker": deployment.celery_broker,
+                "backend": deployment.celery_backend or deployment.celery_broker,
+            },
+            name="celery",
+        )
+    if deployment.executor == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor
+    if deployment.executor == "multiprocess":
+        return dg.multiprocess_executor
+    return dg.in_process_executor
+
+
+def build_jobs(partitions: dg.PartitionsDefinition, deployment: Deployment) -> tuple:
+    """``nightly_eval``, ``rebaseline`` and ``run_comparison_job`` on the chosen executor."""
+    executor = chosen_executor(deployment)
     nightly_eval = dg.define_asset_job(
         "nightly_eval",
         selection=EVALUATION_ASSETS,
         partitions_def=partitions,
-        executor_def=EXECUTORS[executor],
+        executor_def=executor,
         description="The whole evaluation of one night and suite: inputs, runs, judge, metrics.",
     )
     rebaseline = dg.define_asset_job(
         "rebaseline",
         selection=EVALUATION_ASSETS,
         partitions_def=partitions,
-        executor_def=EXECUTORS[executor],
+        executor_def=executor,
         description=(
             "Re-run the baseline's system configuration on the new snapshot; its eval_summary "
             "stores the offset and makes the re-run the baseline."

@@ -11,9 +11,11 @@ from rag_eval_pipeline.defs.metadata import evaluation_asset, markdown_table, ta
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of
 from rag_eval_pipeline.lib.judges.calibration import calibrate, load_human_labels
+from rag_eval_pipeline.lib.judges.estimates import judge_trust_estimates
 from rag_eval_pipeline.lib.metrics.generation import generation_tables
 from rag_eval_pipeline.lib.metrics.retrieval import HEADLINE, retrieval_tables
 from rag_eval_pipeline.lib.store.sql import load_sql
+from rag_eval_pipeline.lib.systems.calls import SYSTEM_ERROR
 
 
 def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -30,7 +32,8 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         """Success@k, R@k, P@k, RR@k, AP, nDCG@k (grade gain, and 2^grade - 1 labelled nDCG_exp)
         and Stale@k over answerable items with a relevant gold passage, with Wilson intervals
         for proportions and bootstrap intervals for means; overall, per stratum and per
-        language. Per-item values go to ``retrieval_item_metrics`` for paired comparisons."""
+        language. Per-item values go to ``retrieval_item_metrics`` for paired comparisons. Items
+        whose call ended in a system error (``system_calls``) are in no measure."""
         record = record_of(retrieval_run)
         settings = record.settings
         store = warehouse_db.run_store()
@@ -38,10 +41,15 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
             store.run_dir(record.eval_run_id),
             store.golden_dir(record.golden_digest),
         )
+        failed = (
+            store.read_table(run_dir, "system_calls")
+            .filter(pl.col("outcome") == SYSTEM_ERROR)
+            .select("item_id")
+        )
         per_item, table, excluded = retrieval_tables(
-            store.read_table(run_dir, "retrieval_results"),
-            store.read_table(golden_dir, "golden_items"),
-            store.read_table(golden_dir, "golden_gold"),
+            store.read_table(run_dir, "retrieval_results").join(failed, on="item_id", how="anti"),
+            store.read_table(golden_dir, "golden_items").join(failed, on="item_id", how="anti"),
+            store.read_table(golden_dir, "golden_gold").join(failed, on="item_id", how="anti"),
             cutoffs=settings.cutoffs,
             rel_level=settings.rel_level,
             seed=settings.seed,
@@ -63,6 +71,7 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
                 "golden_digest": record.golden_digest,
                 "rel_level": settings.rel_level,
                 "excluded_items_without_relevant_gold": len(excluded),
+                "excluded_items_with_system_errors": failed.height,
                 "headline": dg.MetadataValue.md(markdown_table(headline)),
                 "sql": dg.MetadataValue.md(
                     f"```sql\n{load_sql('retrieval_per_query')}\n{load_sql('retrieval_stale')}\n```"
@@ -90,7 +99,9 @@ def build_generation_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDe
         """Claim-level faithfulness with the CONTRADICTED and UNSUPPORTED rates apart, citation
         validity and support, correctness (must_mention, SQuAD EM and F1), confident-wrong rate,
         refusal rates with each no-answer stratum apart, the guardrails one by one, the
-        sufficiency x correctness 2x2 and the abstention sweep with its recommended threshold."""
+        sufficiency x correctness 2x2 and the abstention sweep with its recommended threshold;
+        items that ended in a system error are in no rate, counted with the latency, tokens and
+        cost in the ``operations`` scope."""
         record = record_of(generation_run)
         store = warehouse_db.run_store()
         run_dir, golden_dir = (
@@ -105,6 +116,7 @@ def build_generation_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDe
             verdicts.filter(pl.col("source") == "golden"),
             rel_level=record.settings.rel_level,
             seed=record.settings.seed,
+            calls=store.read_table(run_dir, "system_calls"),
         )
         scope = pl.lit(record.eval_run_id).alias("eval_run_id")
         for table, frame in (
@@ -137,7 +149,7 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         partitions=partitions,
         group="judging",
         kinds={"parquet"},
-        code_version="judge-calibration-v2",
+        code_version="judge-calibration-v3",
     )
     def judge_calibration(
         context: dg.AssetExecutionContext,
@@ -147,8 +159,11 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
     ):
         """Agreement of tonight's judge with the suite's human labels on sampled claims:
         agreement with its Wilson interval and Cohen's kappa. Without labels, or with kappa below
-        the bar, the judge is recorded as not calibrated, and gates that rest on it say so
-        instead of passing."""
+        the bar, the judge is recorded as not calibrated. Every judge-based rate (faithfulness,
+        contradicted and unsupported claim rates, citation support) is estimated twice in
+        ``judge_rate_estimates``: by the judge alone, and prediction-powered (PPI++) from the
+        judge's verdicts and the human labels (``lib.judges.estimates``); with the judge's
+        stability over repeats. Judge gates rest on the PPI bound once enough labels matched."""
         record = record_of(judge_sample)
         suite = suites.suite(record.suite)
         labels = (
@@ -158,11 +173,20 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         )
         store = warehouse_db.run_store()
         run_dir = store.run_dir(record.eval_run_id)
-        row = calibrate(
-            store.read_table(run_dir, "judge_verdicts"), labels, judge_id=record.judge_id
-        )
+        verdicts = store.read_table(run_dir, "judge_verdicts")
+        row = calibrate(verdicts, labels, judge_id=record.judge_id)
         table = pl.DataFrame([{**row, "eval_run_id": record.eval_run_id}])
         store.write_table(run_dir, "judge_calibration", table)
+        estimates = judge_trust_estimates(
+            verdicts,
+            store.read_table(run_dir, "judge_repeat_verdicts"),
+            labels,
+            store.read_table(store.golden_dir(record.golden_digest), "golden_items"),
+            judge_repeats=record.settings.judge_repeats,
+            seed=record.settings.seed,
+            resamples=record.settings.bootstrap_resamples,
+        ).with_columns(eval_run_id=pl.lit(record.eval_run_id))
+        store.write_table(run_dir, "judge_rate_estimates", estimates)
         return dg.Output(
             judge_sample,
             metadata={
@@ -171,6 +195,13 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
                 "calibrated": row["calibrated"],
                 "kappa": row["kappa"],
                 "reason": row["reason"],
+                "judge_rate_estimates": dg.MetadataValue.md(
+                    markdown_table(
+                        estimates.filter(pl.col("scope") != "source").select(
+                            "metric", "method", "value", "ci_low", "ci_high", "n_labelled"
+                        )
+                    )
+                ),
             },
         )
 

@@ -12,6 +12,12 @@ import dagster as dg
 STEP_EVENTS = ("STEP_SUCCESS", "STEP_FAILURE")
 
 
+def step_label(step_key: str) -> str:
+    """``retrieval_run.retrieve_shard[shard_0003]`` -> ``retrieval_run: retrieve_shard[shard_0003]``."""
+    asset, _, op = step_key.partition(".")
+    return f"{asset}: {op}" if op else asset
+
+
 class StepProgressHandler(logging.Handler):
     """Prints ``  <step>  <seconds> s`` on each finished step, ``FAILED`` on a failed one."""
 
@@ -20,11 +26,12 @@ class StepProgressHandler(logging.Handler):
         event = meta.get("dagster_event")
         if event is None or event.event_type_value not in STEP_EVENTS:
             return
+        step = step_label(event.step_key)
         if event.event_type_value == "STEP_SUCCESS":
             seconds = event.event_specific_data.duration_ms / 1000
-            line = f"  {event.step_key:<22} {seconds:6.2f} s"
+            line = f"  {step:<34} {seconds:6.2f} s"
         else:
-            line = f"  {event.step_key:<22} FAILED"
+            line = f"  {step:<34} FAILED"
         print(line, file=sys.stderr, flush=True)
 
 

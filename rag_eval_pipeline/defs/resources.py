@@ -1,25 +1,32 @@
 """Resources: suites, run settings, the warehouse and run store, the system under test, the judge.
 
 The system under test and the judge are abstract resources with real and replay implementations
-(``SystemResource``: the reference system, a trace replay; ``JudgeResource``: the deterministic
-judge, an LLM judge), chosen by configuration, so another implementation plugs in without touching
-the assets.
+(``SystemResource``: the reference system, a trace replay, a live service over HTTP;
+``JudgeResource``: the deterministic judge, an LLM judge), chosen by configuration, so another
+implementation plugs in without touching the assets.
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import polars as pl
 
+from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import Suite, load_suite
 from rag_eval_pipeline.lib.inputs.traces import trace_file_digest
 from rag_eval_pipeline.lib.judges.deterministic import DeterministicJudge
 from rag_eval_pipeline.lib.judges.protocol import Judge
 from rag_eval_pipeline.lib.paths import project_path
+from rag_eval_pipeline.lib.runs.lifecycle import abandon_run, publishing
 from rag_eval_pipeline.lib.runs.record import RunSettings
+from rag_eval_pipeline.lib.runs.shards import check_shards
 from rag_eval_pipeline.lib.store.run_store import RunStore
 from rag_eval_pipeline.lib.store.warehouse import Warehouse
+from rag_eval_pipeline.lib.systems.calls import DEFAULT_MAX_ERROR_SHARE
 from rag_eval_pipeline.lib.systems.protocol import SystemUnderTest
 from rag_eval_pipeline.lib.systems.reference import ReferenceConfig, ReferenceSystem
 
@@ -34,7 +41,8 @@ class SuiteRegistryResource(dg.ConfigurableResource):
 
 
 class EvalSettings(dg.ConfigurableResource):
-    """How a run is measured: depth, context size, cut-offs, relevance level, samples, seeds.
+    """How a run is measured: depth, context size, cut-offs, relevance level, samples, seeds,
+    and how many times the judge judges each sampled claim (``judge_repeats``, for stability).
 
     Every field can change a figure, so every field is part of the run's identity
     (``RunSettings``); values that would silently change figures are refused before anything runs.
@@ -44,11 +52,18 @@ class EvalSettings(dg.ConfigurableResource):
     context_k: int = 5
     cutoffs: list[int] = [1, 3, 5, 10]
     rel_level: int = 2
-    judge_sample_size: int = 100
+    # Every answered trace of the bundled suite (about 240 golden answers and 261 production
+    # traces), so every human label is matched; lower it for a paid judge (rag-eval judge-plan).
+    judge_sample_size: int = 600
+    judge_repeats: int = 1
     seed: int = 20261001
     bootstrap_resamples: int = 1000
 
-    def run_settings(self, suite: Suite) -> RunSettings:
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Refuse bad settings when the run starts, before any step writes anything."""
+        self.run_settings(None)
+
+    def run_settings(self, suite: Suite | None) -> RunSettings:
         """The checked settings, with the digests of the suite's labels and production traces."""
 
         def digest(path: Path | None) -> str:
@@ -60,10 +75,11 @@ class EvalSettings(dg.ConfigurableResource):
             cutoffs=tuple(self.cutoffs),
             rel_level=self.rel_level,
             judge_sample_size=self.judge_sample_size,
+            judge_repeats=self.judge_repeats,
             seed=self.seed,
             bootstrap_resamples=self.bootstrap_resamples,
-            human_labels_digest=digest(suite.human_labels),
-            trace_store_digest=digest(suite.trace_store),
+            human_labels_digest=digest(suite.human_labels) if suite else "",
+            trace_store_digest=digest(suite.trace_store) if suite else "",
         )
 
 
@@ -88,9 +104,27 @@ class WarehouseResource(dg.ConfigurableResource):
     def folder(self) -> Path:
         return project_path(self.path).parent
 
+    @contextmanager
+    def publishing(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to write the warehouse through (the run store's records synced first;
+        ``lib.runs.lifecycle.publishing``), published when the block ends."""
+        with publishing(self.warehouse(), self.run_store()) as connection:
+            yield connection
+
+    def abandon(self, eval_run_id: str, reason: str) -> None:
+        """Mark an evaluation run that ended without finishing as failed."""
+        abandon_run(self.warehouse(), self.run_store(), eval_run_id, reason)
+
     def report_path(self, eval_run_id: str) -> Path:
         """Where a run's HTML report is written: ``<warehouse folder>/reports/<run>.html``."""
         return self.folder / "reports" / f"{eval_run_id}.html"
+
+    def capture_path(self, eval_run_id: str, part: str | None = None) -> Path:
+        """Where a live run's traces are captured: ``<warehouse folder>/traces/<run>.parquet``;
+        a shard's part of them goes to ``traces/<run>/<part>.parquet`` until they are merged."""
+        if part is not None:
+            return self.folder / "traces" / eval_run_id / f"{part}.parquet"
+        return self.folder / "traces" / f"{eval_run_id}.parquet"
 
 
 class SystemResource(dg.ConfigurableResource, ABC):
@@ -102,8 +136,14 @@ class SystemResource(dg.ConfigurableResource, ABC):
         the run's identity."""
 
     @abstractmethod
-    def build(self, passages: pl.DataFrame) -> SystemUnderTest:
-        """The system, over the snapshot's passages."""
+    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
+        """The system, over the snapshot's passages. ``capture`` is the run's trace file: a live
+        system writes what it did there (retrieval step) and reads its answers back from it
+        (generation step, perhaps in another process); the in-process systems ignore it."""
+
+    def max_system_error_share(self) -> float:
+        """The share of items that may end in a system error before the run fails."""
+        return DEFAULT_MAX_ERROR_SHARE
 
 
 class ReferenceSystemResource(SystemResource):
@@ -127,7 +167,7 @@ class ReferenceSystemResource(SystemResource):
     def config(self) -> dict:
         return {"system_id": ReferenceSystem.system_id, **self.settings().identity()}
 
-    def build(self, passages: pl.DataFrame) -> SystemUnderTest:
+    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
         return ReferenceSystem(passages, self.settings())
 
 
@@ -144,10 +184,76 @@ class ReplaySystemResource(SystemResource):
 
         return ReplaySystem.config_of(project_path(self.path))
 
-    def build(self, passages: pl.DataFrame) -> SystemUnderTest:
-        from rag_eval_pipeline.lib.systems.replay import ReplaySystem
+    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
+        from rag_eval_pipeline.lib.systems.capture import RecordedReplaySystem
 
-        return ReplaySystem(project_path(self.path), passages)
+        return RecordedReplaySystem(project_path(self.path), passages)
+
+
+class HttpSystemResource(SystemResource):
+    """The team's live assistant over HTTP (``docs/SYSTEM_API.md``, ``lib.systems.http``).
+
+    Its identity is the base URL and the ``system_version`` its ``/health`` reports (and an
+    allowed corpus mismatch); concurrency, timeouts, retries, the deadline and the error bound
+    only decide how it is called. ``api_key_env`` is the NAME of the variable holding a bearer
+    token (empty: none); the key never enters configuration, logs or metadata."""
+
+    base_url: str
+    api_key_env: str = ""
+    concurrency: int = 8
+    timeout_s: float = 30.0
+    max_retries: int = 4
+    deadline_s: float = 3600.0
+    max_error_share: float = DEFAULT_MAX_ERROR_SHARE
+    allow_corpus_mismatch: bool = False
+
+    def client_settings(self):
+        """How the client calls the service (``lib.systems.http.ClientSettings``)."""
+        from rag_eval_pipeline.lib.systems.http import ClientSettings
+
+        return ClientSettings(
+            concurrency=self.concurrency,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            deadline_s=self.deadline_s,
+        )
+
+    def config(self) -> dict:
+        from rag_eval_pipeline.lib.systems.http import fetch_health, identity_config
+
+        health = fetch_health(
+            self.base_url, api_key_env=self.api_key_env or None, timeout_s=self.timeout_s
+        )
+        return identity_config(self.base_url, health.system_version, self.allow_corpus_mismatch)
+
+    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
+        from rag_eval_pipeline.lib.systems.http import HttpSystem
+
+        if capture is None:
+            raise ConfigError("the HTTP system needs the run's capture path")
+        return HttpSystem(
+            self.base_url,
+            passages,
+            capture=capture,
+            api_key_env=self.api_key_env or None,
+            settings=self.client_settings(),
+            allow_corpus_mismatch=self.allow_corpus_mismatch,
+        )
+
+    def max_system_error_share(self) -> float:
+        if not 0 <= self.max_error_share <= 1:
+            raise ConfigError(f"max_error_share must be from 0 to 1, got {self.max_error_share}")
+        return self.max_error_share
+
+
+class ShardingResource(dg.ConfigurableResource):
+    """How the per-item work of a run is split over steps (``lib.runs.shards``): how it is run,
+    not what is measured, so it is not part of the run's identity."""
+
+    shards: int = 1
+
+    def count(self) -> int:
+        return check_shards(self.shards)
 
 
 class JudgeResource(dg.ConfigurableResource, ABC):
@@ -159,8 +265,9 @@ class JudgeResource(dg.ConfigurableResource, ABC):
         judge); its digest is part of the run's identity."""
 
     @abstractmethod
-    def build(self) -> Judge:
-        """The judge."""
+    def build(self, budget_share: float = 1.0) -> Judge:
+        """The judge; ``budget_share`` is the part of a run's judge budget it may spend (a shard
+        of the run gets its share)."""
 
 
 class DeterministicJudgeResource(JudgeResource):
@@ -169,7 +276,7 @@ class DeterministicJudgeResource(JudgeResource):
     entail_coverage: float = 0.8
     contradict_coverage: float = 0.6
 
-    def build(self) -> Judge:
+    def build(self, budget_share: float = 1.0) -> Judge:
         return DeterministicJudge(self.entail_coverage, self.contradict_coverage)
 
     def config(self) -> dict:
@@ -179,7 +286,12 @@ class DeterministicJudgeResource(JudgeResource):
 class LLMJudgeResource(JudgeResource):
     """A judge over any OpenAI-compatible chat endpoint. The API key is read from the
     environment variable named by ``api_key_env`` when a request is made; it never enters
-    configuration, logs or metadata."""
+    configuration, logs or metadata.
+
+    ``temperature`` is the sampling temperature (part of the judge's identity). ``budget_tokens``
+    and ``budget_cost`` stop judging before a request would take the run past them (cost needs
+    ``price_per_1k_tokens``); 0 means no limit. The budget and the price decide how far the
+    judge gets, not what it says, so they are not part of the identity (``lib.judges.budget``)."""
 
     base_url: str
     model: str
@@ -188,8 +300,22 @@ class LLMJudgeResource(JudgeResource):
     max_retries: int = 4
     concurrency: int = 8
     cache_path: str = "warehouse/judge_cache.sqlite"
+    deadline_seconds: float = 1800.0
+    temperature: float = 0.0
+    budget_tokens: int = 0
+    budget_cost: float = 0.0
+    price_per_1k_tokens: float = 0.0
 
-    def build(self) -> Judge:
+    def budget(self, share: float = 1.0):
+        from rag_eval_pipeline.lib.judges.budget import JudgeBudget
+
+        return JudgeBudget(
+            max_tokens=int(self.budget_tokens * share) if self.budget_tokens else None,
+            max_cost=self.budget_cost * share if self.budget_cost else None,
+            price_per_1k_tokens=self.price_per_1k_tokens or None,
+        )
+
+    def build(self, budget_share: float = 1.0) -> Judge:
         from rag_eval_pipeline.lib.judges.llm import LLMJudge
 
         return LLMJudge(
@@ -199,7 +325,10 @@ class LLMJudgeResource(JudgeResource):
             timeout=self.timeout,
             max_retries=self.max_retries,
             concurrency=self.concurrency,
+            deadline_seconds=self.deadline_seconds,
             cache_path=str(project_path(self.cache_path)) if self.cache_path else None,
+            temperature=self.temperature,
+            budget=self.budget(budget_share),
         )
 
     def config(self) -> dict:
@@ -211,6 +340,7 @@ class LLMJudgeResource(JudgeResource):
             "model": self.model,
             "prompt_version": PROMPT_VERSION,
             "prompt_digest": PROMPT_DIGEST,
-            "temperature": 0,
+            # 0 stays the integer it always was, so a judge at temperature 0 keeps its digest.
+            "temperature": self.temperature or 0,
             "json_mode": True,
         }

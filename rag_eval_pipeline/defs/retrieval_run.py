@@ -1,20 +1,34 @@
-"""The retrieval run asset: the run's record is written, then the system retrieves for every item."""
+"""The retrieval run asset: the run's record is written, then the system retrieves, shard by shard.
+
+For a live system this is where the calls are made: ``system_calls`` records what each came to,
+each shard's capture part is merged into the run's trace file (recorded on the run), and the
+blocking check ``system_errors_within_bound`` fails the run, with the counts and causes, when too
+many items ended in a system error.
+"""
 
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import evaluation_asset, run_link, table_metadata
+from rag_eval_pipeline.defs.metadata import run_link, table_metadata
 from rag_eval_pipeline.defs.partitions import night_and_suite
 from rag_eval_pipeline.defs.resources import (
     EvalSettings,
     JudgeResource,
+    ShardingResource,
     SuiteRegistryResource,
     SystemResource,
     WarehouseResource,
 )
-from rag_eval_pipeline.lib.runs.lifecycle import begin_run
+from rag_eval_pipeline.defs.sharding import fan_in, fan_out, sharded_asset, spec_of
+from rag_eval_pipeline.lib.runs.lifecycle import begin_run, note_capture
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, EvalRunRecord, RunRequest
-from rag_eval_pipeline.lib.systems.run import retrieval_results
+from rag_eval_pipeline.lib.runs.shards import items_of_shard
+from rag_eval_pipeline.lib.systems.calls import SystemErrorBoundError, error_bound
+from rag_eval_pipeline.lib.systems.capture import merge_captures
+from rag_eval_pipeline.lib.systems.run import captured_traces, retrieval_results, system_calls
+
+ERROR_BOUND_CHECK = "system_errors_within_bound"
+TABLES = ("retrieval_results", "system_calls")
 
 
 def run_handle(record: EvalRunRecord, dagster_run_id: str) -> dict:
@@ -30,69 +44,158 @@ def record_of(handle: dict) -> EvalRunRecord:
     return EvalRunRecord.from_json(handle["record"])
 
 
+@dg.op(out=dg.DynamicOut(dict))
+def plan_retrieval(
+    context: dg.OpExecutionContext,
+    corpus_snapshot: dict,
+    golden_set: dict,
+    settings: EvalSettings,
+    suites: SuiteRegistryResource,
+    system: SystemResource,
+    judge: JudgeResource,
+    warehouse_db: WarehouseResource,
+    sharding: ShardingResource,
+):
+    """Begin the run: its record (suite, night, digests, system and judge configurations, every
+    setting that can change a figure) gives the ``eval_run_id`` and goes to the run store before
+    the system is asked anything; then one output per shard."""
+    night, suite_name = night_and_suite(context)
+    record = EvalRunRecord(
+        suite=suite_name,
+        night=night,
+        snapshot_id=corpus_snapshot["snapshot_id"],
+        corpus_digest=corpus_snapshot["corpus_digest"],
+        golden_set=golden_set["golden_set"],
+        golden_digest=golden_set["golden_digest"],
+        system_config=system.config(),
+        judge_config=judge.config(),
+        settings=settings.run_settings(suites.suite(suite_name)),
+        request=RunRequest.from_tags(context.run.tags),
+    )
+    context.instance.add_run_tags(context.run_id, {EVAL_RUN_TAG: record.eval_run_id})
+    store = warehouse_db.run_store()
+    for table in TABLES:
+        store.remove_table(store.run_dir(record.eval_run_id), table)
+    begin_run(store, record, context.run_id)
+    yield from fan_out(record, sharding.count())
+
+
+@dg.op
+def retrieve_shard(
+    context: dg.OpExecutionContext,
+    shard: dict,
+    system: SystemResource,
+    warehouse_db: WarehouseResource,
+) -> dict:
+    """Top-k passages for the shard's golden questions, and what each call came to."""
+    spec, record = spec_of(shard)
+    store = warehouse_db.run_store()
+    run_dir = store.run_dir(record.eval_run_id)
+    passages = store.read_table(store.corpus_dir(record.corpus_digest), "corpus_passages")
+    items = store.read_table(store.golden_dir(record.golden_digest), "golden_items").sort("line")
+    mine = items_of_shard(items, spec.shard, spec.shards)
+    the_system = system.build(passages, warehouse_db.capture_path(record.eval_run_id, spec.part))
+    run_id = pl.lit(record.eval_run_id).alias("eval_run_id")
+    results = retrieval_results(the_system, mine, passages, record.settings.retrieval_depth)
+    store.write_table(run_dir, "retrieval_results", results.with_columns(run_id), spec.part)
+    calls = system_calls(the_system, mine).with_columns(run_id)
+    store.write_table(run_dir, "system_calls", calls, spec.part)
+    captured = captured_traces(the_system)
+    return {**shard, "capture": str(captured) if captured else None}
+
+
+@dg.op(out={"result": dg.Out(), ERROR_BOUND_CHECK: dg.Out(is_required=False)})
+def finish_retrieval(
+    context: dg.OpExecutionContext,
+    shards: list[dict],
+    system: SystemResource,
+    warehouse_db: WarehouseResource,
+):
+    """Every shard's rows are there; the captures are merged into the run's trace file; the
+    error-share check passes or fails the run with the counts."""
+    store = warehouse_db.run_store()
+    record = fan_in(store, shards, TABLES)
+    run_dir = store.run_dir(record.eval_run_id)
+    results = store.read_table(run_dir, "retrieval_results")
+    calls = store.read_table(run_dir, "system_calls")
+    parts = [shard["capture"] for shard in shards if shard["capture"]]
+    capture, capture_digest = None, ""
+    if parts:
+        items = store.read_table(store.golden_dir(record.golden_digest), "golden_items")
+        capture = warehouse_db.capture_path(record.eval_run_id)
+        capture_digest = merge_captures(parts, capture, items.sort("line")["item_id"])
+        note_capture(store, record.eval_run_id, str(capture), capture_digest)
+    bound = error_bound(calls, system.max_system_error_share())
+    yield dg.Output(
+        run_handle(record, context.run_id),
+        output_name="result",
+        metadata={
+            **table_metadata(results, "retrieval_results"),
+            "eval_run_id": record.eval_run_id,
+            "dagster_run": run_link(context.run_id),
+            "suite": record.suite,
+            "corpus_digest": record.corpus_digest,
+            "golden_digest": record.golden_digest,
+            "system_id": record.system_id,
+            "system_config": dg.MetadataValue.json(dict(record.system_config)),
+            "system_config_digest": record.system_config_digest,
+            "settings": dg.MetadataValue.json(record.settings.as_dict()),
+            "settings_digest": record.settings.digest,
+            "shards": len(shards),
+            "items_without_results": calls.height - results["item_id"].n_unique(),
+            "system_errors": bound.errors,
+            "system_errors_by_cause": dg.MetadataValue.json(bound.by_cause),
+            "trace_file": str(capture or ""),
+            "trace_digest": capture_digest,
+        },
+    )
+    yield dg.AssetCheckResult(
+        asset_key="retrieval_run",
+        check_name=ERROR_BOUND_CHECK,
+        passed=bound.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=bound.message,
+        metadata={
+            "message": bound.message,
+            "items": bound.items,
+            "system_errors": bound.errors,
+            "max_error_share": bound.max_share,
+            "by_cause": dg.MetadataValue.json(bound.by_cause),
+        },
+    )
+    if not bound.passed:
+        # The check blocks the graph; failing the step too puts the counts in the run's failure
+        # (the evaluation run is marked failed with this message).
+        where = f"; the capture is {capture}" if capture else ""
+        raise SystemErrorBoundError(bound.message + where)
+
+
 def build_retrieval_run(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
-    @evaluation_asset(
+    @sharded_asset(
         "retrieval_run",
         partitions=partitions,
         group="system_runs",
         kinds={"parquet", "bm25"},
-        code_version="retrieval-v2",
+        code_version="retrieval-v4",
+        description=(
+            "Top-k passages for every golden question from the system under test, shard by "
+            "shard. Starts the evaluation run (its record, with status started, goes to the run "
+            "store before the system is asked anything). Results go to retrieval_results with "
+            "each passage's version status, and what each call came to to system_calls."
+        ),
+        check_specs=[
+            dg.AssetCheckSpec(
+                ERROR_BOUND_CHECK,
+                asset="retrieval_run",
+                blocking=True,
+                description="At most the system's bound (2% by default) of the items ended in a "
+                "system error (a failed call: neither a refusal nor an answer).",
+            )
+        ],
     )
-    def retrieval_run(
-        context: dg.AssetExecutionContext,
-        corpus_snapshot: dict,
-        golden_set: dict,
-        settings: EvalSettings,
-        suites: SuiteRegistryResource,
-        system: SystemResource,
-        judge: JudgeResource,
-        warehouse_db: WarehouseResource,
-    ):
-        """Top-k passages for every golden question from the system under test.
-
-        Starts the evaluation run: its record (suite, night, both digests, system and judge
-        configurations, every run setting that can change a figure; ``lib.runs.record``) gives the
-        ``eval_run_id`` and is written to the warehouse with status ``started`` before the system
-        is asked anything. Results go to ``retrieval_results`` with each passage's version status.
-        """
-        night, suite_name = night_and_suite(context)
-        record = EvalRunRecord(
-            suite=suite_name,
-            night=night,
-            snapshot_id=corpus_snapshot["snapshot_id"],
-            corpus_digest=corpus_snapshot["corpus_digest"],
-            golden_set=golden_set["golden_set"],
-            golden_digest=golden_set["golden_digest"],
-            system_config=system.config(),
-            judge_config=judge.config(),
-            settings=settings.run_settings(suites.suite(suite_name)),
-            request=RunRequest.from_tags(context.run.tags),
-        )
-        context.instance.add_run_tags(context.run_id, {EVAL_RUN_TAG: record.eval_run_id})
-        store = warehouse_db.run_store()
-        begin_run(warehouse_db.warehouse(), store, record, context.run_id)
-        passages = store.read_table(store.corpus_dir(record.corpus_digest), "corpus_passages")
-        items = store.read_table(store.golden_dir(record.golden_digest), "golden_items")
-        results = retrieval_results(
-            system.build(passages), items.sort("line"), passages, record.settings.retrieval_depth
-        ).with_columns(eval_run_id=pl.lit(record.eval_run_id))
-        store.write_table(store.run_dir(record.eval_run_id), "retrieval_results", results)
-        return dg.Output(
-            run_handle(record, context.run_id),
-            metadata={
-                **table_metadata(results, "retrieval_results"),
-                "eval_run_id": record.eval_run_id,
-                "dagster_run": run_link(context.run_id),
-                "suite": suite_name,
-                "corpus_digest": record.corpus_digest,
-                "golden_digest": record.golden_digest,
-                "system_id": record.system_id,
-                "system_config": dg.MetadataValue.json(dict(record.system_config)),
-                "system_config_digest": record.system_config_digest,
-                "settings": dg.MetadataValue.json(record.settings.as_dict()),
-                "settings_digest": record.settings.digest,
-                "items_without_results": items.height - results["item_id"].n_unique(),
-            },
-        )
+    def retrieval_run(corpus_snapshot, golden_set):
+        shards = plan_retrieval(corpus_snapshot, golden_set).map(retrieve_shard).collect()
+        result, bound = finish_retrieval(shards)
+        return {"retrieval_run": result, f"retrieval_run_{ERROR_BOUND_CHECK}": bound}
 
     return retrieval_run

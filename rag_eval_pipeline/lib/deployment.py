@@ -3,8 +3,9 @@
 | variable | chooses | default |
 |---|---|---|
 | ``RAG_EVAL_TIMEZONE`` | time zone of the nights and of the 02:00 schedule | ``UTC`` |
-| ``RAG_EVAL_EXECUTOR`` | executor of the evaluation jobs (``in_process``, ``multiprocess``) | ``in_process`` |
-| ``RAG_EVAL_SYSTEM`` | system under test (``reference``; ``replay`` with ``RAG_EVAL_TRACES``) | ``reference`` |
+| ``RAG_EVAL_EXECUTOR`` | executor of the evaluation jobs (``in_process``, ``multiprocess``, ``celery`` with ``RAG_EVAL_CELERY_BROKER`` and ``RAG_EVAL_CELERY_BACKEND``, ``k8s``) | ``in_process`` |
+| ``RAG_EVAL_SHARDS`` | shards the per-item work is split into (``docs/SCALING.md``) | ``1`` |
+| ``RAG_EVAL_SYSTEM`` | system under test (``reference``; ``replay`` with ``RAG_EVAL_TRACES``; ``http`` with ``RAG_EVAL_SYSTEM_URL`` and, for a bearer token, ``RAG_EVAL_SYSTEM_KEY_ENV`` naming its variable) | ``reference`` |
 | ``RAG_EVAL_JUDGE`` | judge (``deterministic``; ``llm`` with ``RAG_EVAL_JUDGE_BASE_URL``, ``RAG_EVAL_JUDGE_MODEL``, ``RAG_EVAL_JUDGE_KEY_ENV``) | ``deterministic`` |
 | ``RAG_EVAL_WAREHOUSE`` | the published warehouse file | ``warehouse/rag_eval.duckdb`` |
 | ``RAG_EVAL_RUN_STORE`` | the run store (path or fsspec URL) | ``<warehouse folder>/store`` |
@@ -23,8 +24,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.paths import packaged_path, project_path
 
-EXECUTORS = ("in_process", "multiprocess")
-SYSTEMS = ("reference", "replay")
+EXECUTORS = ("in_process", "multiprocess", "celery", "k8s")
+SYSTEMS = ("reference", "replay", "http")
 JUDGES = ("deterministic", "llm")
 DEFAULT_GATES = "gates/release_gates.yaml"
 
@@ -37,6 +38,8 @@ class Deployment:
     executor: str = "in_process"
     system: str = "reference"
     traces: str = ""
+    system_url: str = ""
+    system_key_env: str = ""
     judge: str = "deterministic"
     judge_base_url: str = ""
     judge_model: str = ""
@@ -45,6 +48,9 @@ class Deployment:
     run_store: str = ""
     suites: str = "suites"
     gates: str = ""
+    shards: int = 1
+    celery_broker: str = ""
+    celery_backend: str = ""
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str]) -> "Deployment":
@@ -68,14 +74,27 @@ class Deployment:
         except (ZoneInfoNotFoundError, ValueError):
             raise ConfigError(f"RAG_EVAL_TIMEZONE={timezone!r} is not a time zone") from None
         system = choice("RAG_EVAL_SYSTEM", SYSTEMS, "reference")
+        executor = choice("RAG_EVAL_EXECUTOR", EXECUTORS, "in_process")
+        shards = environment.get("RAG_EVAL_SHARDS") or "1"
+        if not shards.isdigit() or not 1 <= int(shards) <= 4096:
+            raise ConfigError(f"RAG_EVAL_SHARDS={shards!r}; expected a whole number from 1 to 4096")
         judge = choice("RAG_EVAL_JUDGE", JUDGES, "deterministic")
         return cls(
             timezone=timezone,
-            executor=choice("RAG_EVAL_EXECUTOR", EXECUTORS, "in_process"),
+            executor=executor,
+            shards=int(shards),
+            celery_broker=required("RAG_EVAL_CELERY_BROKER", "RAG_EVAL_EXECUTOR=celery")
+            if executor == "celery"
+            else "",
+            celery_backend=environment.get("RAG_EVAL_CELERY_BACKEND") or "",
             system=system,
             traces=required("RAG_EVAL_TRACES", "RAG_EVAL_SYSTEM=replay")
             if system == "replay"
             else "",
+            system_url=required("RAG_EVAL_SYSTEM_URL", "RAG_EVAL_SYSTEM=http")
+            if system == "http"
+            else "",
+            system_key_env=environment.get("RAG_EVAL_SYSTEM_KEY_ENV") or "",
             judge=judge,
             judge_base_url=required("RAG_EVAL_JUDGE_BASE_URL", "RAG_EVAL_JUDGE=llm")
             if judge == "llm"

@@ -16,6 +16,7 @@ from rag_eval_pipeline.defs.resources import (
     DeterministicJudgeResource,
     EvalSettings,
     ReferenceSystemResource,
+    ShardingResource,
     SuiteRegistryResource,
     WarehouseResource,
 )
@@ -51,11 +52,19 @@ def write_suite_file(
 
 
 def evaluation_resources(
-    *, suites: Path, warehouse: Path, system=None, judge=None, store: str = "", **settings
+    *,
+    suites: Path,
+    warehouse: Path,
+    system=None,
+    judge=None,
+    store: str = "",
+    shards: int = 1,
+    **settings,
 ) -> dict:
     """Resources for the evaluation graph: a suite registry folder, a warehouse file, and the
     reference system and deterministic judge unless others are given."""
     return {
+        "sharding": ShardingResource(shards=shards),
         "settings": EvalSettings(**settings),
         "suites": SuiteRegistryResource(path=str(suites)),
         "system": system or ReferenceSystemResource(),

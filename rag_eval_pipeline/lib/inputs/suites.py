@@ -98,7 +98,7 @@ def parse_suite(name: str, text: str, source: Path) -> Suite:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SuiteError(f"{source}: not valid YAML: {exc}") from None
+        raise SuiteError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(document, dict):
         raise SuiteError(f"{source}: a suite file is a mapping of the fields {', '.join(FIELDS)}")
     unknown = sorted(set(document) - set(FIELDS))

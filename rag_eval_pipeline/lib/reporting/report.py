@@ -25,6 +25,7 @@ import polars as pl
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.metrics.generation import METRIC_ROW_SCHEMA
 from rag_eval_pipeline.lib.reporting import charts
+from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_tables
 from rag_eval_pipeline.lib.reporting.summary import (
     HEADLINE_GENERATION,
     HEADLINE_RETRIEVAL,
@@ -390,6 +391,17 @@ def _calibration_html(data: Mapping) -> str:
     )
 
 
+def _judge_trust_html(data: Mapping) -> str:
+    """Judge-only and prediction-powered rates, stability, spending and claim diagnostics."""
+    tables = judge_trust_tables(data["headline"].get("judge_trust"))
+    if not tables:
+        return ""
+    parts = ["<h2>Trusting the judge</h2>"]
+    for heading, header, body in tables:
+        parts += [f"<h3>{html.escape(heading)}</h3>", _table(header, body, wrap=(len(header) - 1,))]
+    return "".join(parts)
+
+
 def _history_html(data: Mapping, png: bytes) -> str:
     run_id = data["run"]["eval_run_id"]
     history = data["history"]
@@ -493,11 +505,14 @@ def report_html(data: Mapping, rendered: Mapping[str, bytes] | None = None) -> s
             _sufficiency_html(data),
             _sweep_html(data, rendered["abstention_sweep"]),
             _calibration_html(data),
+            _judge_trust_html(data),
             _history_html(data, rendered["metric_trend"]),
             "<p><small>"
             + html.escape(
                 "Read from the warehouse tables eval_runs, retrieval_metrics, generation_metrics, "
-                "sufficiency_correctness, abstention_sweep and judge_calibration, keyed by "
+                "sufficiency_correctness, abstention_sweep, judge_calibration, "
+                "judge_rate_estimates, judge_repeat_verdicts, judge_usage and diagnostic_metrics, "
+                "keyed by "
                 f"eval_run_id = {run['eval_run_id']}."
             )
             + "</small></p>",

@@ -7,6 +7,7 @@ complete says so above its figures.
 
 import duckdb
 
+from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_from_tables, judge_trust_lines
 from rag_eval_pipeline.lib.runs import registry
 from rag_eval_pipeline.lib.store.sql import sql_query
 
@@ -84,9 +85,11 @@ def headline_from_tables(connection: duckdb.DuckDBPyConnection, eval_run_id: str
                 or (r["scope"] == "overall" and r["scope_value"] == "no_answer")
             )
         ],
+        "operations": [r for r in generation if r["scope"] == "operations"],
         "sufficiency_correctness": _rows(connection, "sufficiency", scope),
         "recommended_threshold": sweep[0] if sweep else None,
         "judge_calibration": calibration[0] if calibration else None,
+        "judge_trust": judge_trust_from_tables(connection, eval_run_id),
     }
 
 
@@ -107,6 +110,37 @@ def _in_order(rows: list[dict], key: str, names: tuple[str, ...]) -> list[dict]:
     return [found.get(name, {key: name, "value": None}) for name in names]
 
 
+def operations_lines(rows: list[dict]) -> list[str]:
+    """The calls to the system under test: system errors with n, requests and retries, latency
+    p50 / p95 / max, tokens and cost (each line only when the run has the figures)."""
+    found = {row["metric"]: row for row in rows}
+    lines = []
+    errors, rate = found.get("system_errors"), found.get("system_error_rate")
+    if errors and rate:
+        lines.append(
+            f"  {'system errors':<28} {errors['value']:.0f} of {errors['n']} "
+            f"({rate['value']:.1%})  95% CI {rate['ci_low']:.3f} to {rate['ci_high']:.3f}"
+        )
+    if "requests" in found:
+        retries = found.get("retries", {}).get("value") or 0
+        lines.append(f"  {'requests':<28} {found['requests']['value']:.0f} ({retries:.0f} retries)")
+    latency = [found.get(f"latency_{name}_ms") for name in ("p50", "p95", "max")]
+    if all(latency):
+        figures = " / ".join(f"{row['value']:.1f}" for row in latency)
+        lines.append(f"  {'latency p50 / p95 / max':<28} {figures} ms  (n={latency[0]['n']})")
+    for label, name in (
+        ("prompt tokens", "prompt_tokens"),
+        ("completion tokens", "completion_tokens"),
+        ("cost", "cost"),
+    ):
+        total, mean = found.get(f"{name}_total"), found.get(f"{name}_mean")
+        if total and mean:
+            lines.append(
+                f"  {label:<28} total {total['value']:g}, mean {mean['value']:.4g}  (n={total['n']})"
+            )
+    return lines
+
+
 def format_summary(
     headline: dict, *, warehouse: str | None = None, report: str | None = None
 ) -> str:
@@ -118,6 +152,9 @@ def format_summary(
             f"  INCOMPLETE: this run is {headline.get('status')}{reason}; its figures, if any, "
             "are not a finished night"
         )
+    operations = operations_lines(headline.get("operations") or [])
+    if operations:
+        operations = ["", "Operations (calls to the system under test):", *operations]
     lines += [
         f"  suite             {headline.get('suite')}",
         f"  corpus snapshot   {headline['snapshot_id']}  digest {headline['corpus_digest']}",
@@ -142,6 +179,7 @@ def format_summary(
             _figure({**r, "label": f"{r['scope_value']}: {r['metric']}"}, "label")
             for r in headline["no_answer"]
         ),
+        *operations,
         "",
         "Context sufficient x answer correct (answerable items):",
         *(
@@ -158,7 +196,9 @@ def format_summary(
             f"{threshold['answerable_refused']} answerable refused)",
         ]
     calibration = headline.get("judge_calibration")
-    if calibration:
+    if headline.get("judge_trust"):
+        lines += judge_trust_lines(headline["judge_trust"])
+    elif calibration:
         lines += ["", f"Judge calibration: {calibration['reason']}"]
     where = []
     if warehouse:

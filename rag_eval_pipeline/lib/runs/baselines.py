@@ -99,8 +99,25 @@ class Settled:
     offset_rows: int = 0
 
 
+def baseline_eligibility(headline: dict, max_judge_error_share: float) -> tuple[bool, str]:
+    """Whether a completed run may become a baseline: not when its judge failed on more than
+    ``max_judge_error_share`` of the claims (its judge-based figures are not measurements)."""
+    rates = {row["metric"]: row["value"] for row in headline.get("generation", [])}
+    share = rates.get("judge_error_rate")
+    if share is not None and share > max_judge_error_share:
+        return False, (
+            f"the judge failed on {share:.1%} of the claims (more than "
+            f"{max_judge_error_share:.0%}): not eligible as a baseline"
+        )
+    return True, ""
+
+
 def settle_baseline(
-    connection: duckdb.DuckDBPyConnection, run: dict, *, seed: int = 20261001
+    connection: duckdb.DuckDBPyConnection,
+    run: dict,
+    *,
+    seed: int = 20261001,
+    eligible: tuple[bool, str] = (True, ""),
 ) -> Settled:
     """Decide a just-completed run's baseline and record it.
 
@@ -109,10 +126,18 @@ def settle_baseline(
       corpus change caused, stored in ``rebaseline_offsets``; the run then becomes the baseline;
     - the first completed run of a suite becomes its baseline;
     - a re-run of the current baseline stays the baseline;
-    - any other run records the current baseline it is measured against, and whether they compare.
+    - any other run records the current baseline it is measured against, and whether they compare;
+    - a run that is not ``eligible`` never becomes a baseline (it is still measured against the
+      current one).
     """
     current = current_baseline(connection, run["suite"])
     run_id = run["eval_run_id"]
+    may_be_baseline, why_not = eligible
+    if not may_be_baseline and (current is None or run["rebaseline_for"]):
+        registry.set_baseline_for(
+            connection, run_id, current["eval_run_id"] if current else None, False, why_not
+        )
+        return Settled(current, False, False, f"{run_id}: {why_not}")
     if run["rebaseline_for"]:
         if current is None or current["eval_run_id"] == run_id:
             raise ConfigError(f"re-baseline run {run_id} has no earlier baseline")

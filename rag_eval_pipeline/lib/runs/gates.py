@@ -3,8 +3,13 @@
 A gate names a metric row (table, scope, scope value, metric), the statistic it tests (the
 value, or an interval bound: ``ci_low`` for "at least", ``ci_high`` for "at most", so a gate
 passes only when the evidence is strong enough), an operator and a threshold. A gate that rests
-on judge verdicts (``needs_calibrated_judge``) does not pass while the judge is not calibrated:
-it reports "judge not calibrated" instead. A gate whose metric the run does not have (a golden set
+on judge verdicts (``needs_calibrated_judge``) rests on the prediction-powered (PPI++) estimate of
+the same rate once at least ``min_labels_for_ppi`` (default 30) human labels matched in its scope
+(``judge_rate_estimates``, ``lib.judges.estimates``): the gate's statistic is then read from the
+PPI row (``ci_low`` its lower, ``ci_high`` its upper 95% bound), which corrects the judge's bias
+with the labels, so a gate can pass (or fail) on an uncalibrated judge, and its message says how
+many labels it rests on. With fewer labels, or no PPI interval, it does not pass while the judge
+is not calibrated: it reports "judge not calibrated" instead. A gate whose metric the run does not have (a golden set
 without that stratum) is "not assessed", a warning rather than a failure. The
 ``no_significant_regression`` gate is evaluated by
 ``run_comparison`` against the baseline.
@@ -21,9 +26,11 @@ from rag_eval_pipeline.lib.errors import ConfigError
 
 OPERATORS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b}
 STATISTICS = ("value", "ci_low", "ci_high")
-TABLES = ("retrieval_metrics", "generation_metrics")
+TABLES = ("retrieval_metrics", "generation_metrics", "judge_rate_estimates")
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 REGRESSION_GATE = "no_significant_regression"
+DEFAULT_MAX_JUDGE_ERROR_SHARE = 0.05
+DEFAULT_MIN_LABELS_FOR_PPI = 30
 
 PASSED = "passed"
 FAILED = "failed"
@@ -70,6 +77,8 @@ class GateSet:
     path: Path
     version: int
     gates: tuple[Gate, ...]
+    max_judge_error_share: float = DEFAULT_MAX_JUDGE_ERROR_SHARE
+    min_labels_for_ppi: int = DEFAULT_MIN_LABELS_FOR_PPI
 
     @property
     def metric_gates(self) -> list[Gate]:
@@ -83,20 +92,36 @@ class GateSet:
 
 
 def read_gates(path: Path | str) -> GateSet:
-    """The gates file at ``path`` (``load_gates``) as a ``GateSet``."""
-    version, gates = load_gates(path)
-    return GateSet(Path(path), version, tuple(gates))
+    """The gates file at ``path``: its version, gates and the judge error bound.
+
+    ``max_judge_error_share`` (optional, default 0.05): when more than this share of the claims
+    judged in a run are ``JUDGE_ERROR``, every gate that rests on the judge fails, saying so.
+    ``min_labels_for_ppi`` (optional, default 30): the human labels a judge gate's scope needs
+    before the gate rests on the prediction-powered bound (module docstring).
+    """
+    version, gates, document = _parse(Path(path))
+    bound = document.get("max_judge_error_share", DEFAULT_MAX_JUDGE_ERROR_SHARE)
+    if isinstance(bound, bool) or not isinstance(bound, int | float) or not 0 <= bound <= 1:
+        raise GateFileError(f"{path}: 'max_judge_error_share' must be a number from 0 to 1")
+    labels = document.get("min_labels_for_ppi", DEFAULT_MIN_LABELS_FOR_PPI)
+    if isinstance(labels, bool) or not isinstance(labels, int) or labels < 2:
+        raise GateFileError(f"{path}: 'min_labels_for_ppi' must be a whole number from 2")
+    return GateSet(Path(path), version, tuple(gates), float(bound), labels)
 
 
 def load_gates(path: Path | str) -> tuple[int, list[Gate]]:
     """The gates file's version and gates, checked field by field."""
-    path = Path(path)
+    version, gates, _ = _parse(Path(path))
+    return version, gates
+
+
+def _parse(path: Path) -> tuple[int, list[Gate], dict]:
     if not path.is_file():
         raise GateFileError(f"{path}: gates file does not exist")
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise GateFileError(f"{path}: not valid YAML: {exc}") from None
+        raise GateFileError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(document, dict) or not isinstance(document.get("gates"), list):
         raise GateFileError(f"{path}: expected a mapping with 'version' and a list 'gates'")
     version = document.get("version")
@@ -126,7 +151,7 @@ def load_gates(path: Path | str) -> tuple[int, list[Gate]]:
             if gate.op not in OPERATORS:
                 raise GateFileError(f"{where}: 'op' must be >= or <=")
         gates.append(gate)
-    return version, gates
+    return version, gates, document
 
 
 def describe(gate: Gate) -> str:
@@ -137,12 +162,52 @@ def describe(gate: Gate) -> str:
     return f"{gate.metric} {bound[gate.statistic]} ({where}) {gate.op} {gate.threshold:g}"
 
 
+def judge_error_share(metrics: pl.DataFrame) -> float | None:
+    """The run's share of judged claims that are ``JUDGE_ERROR`` (answerable items), if judged."""
+    rows = metrics.filter(
+        (pl.col("metric") == "judge_error_rate")
+        & (pl.col("scope") == "overall")
+        & (pl.col("scope_value") == "answerable")
+    )
+    return rows["value"][0] if rows.height else None
+
+
+def ppi_row(ppi: pl.DataFrame | None, gate: Gate) -> dict | None:
+    """The prediction-powered estimate of the rate a judge gate tests, if the run has one."""
+    if ppi is None or not ppi.height:
+        return None
+    rows = ppi.filter(
+        (pl.col("scope") == gate.scope)
+        & (pl.col("scope_value") == gate.scope_value)
+        & (pl.col("metric") == gate.metric)
+    )
+    return rows.row(0, named=True) if rows.height else None
+
+
+def _labels(row: dict) -> str:
+    """How many labels a PPI estimate rests on, in its units."""
+    unit = "items" if row["unit"] == "item" else "claims"
+    return f"{row['n_labelled']} human-labelled {unit} of {row['n_judged']} judged"
+
+
 def evaluate_gates(
-    gates: list[Gate], metrics: pl.DataFrame, *, judge_calibrated: bool, judge_reason: str = ""
+    gates: list[Gate],
+    metrics: pl.DataFrame,
+    *,
+    judge_calibrated: bool,
+    judge_reason: str = "",
+    max_judge_error_share: float = DEFAULT_MAX_JUDGE_ERROR_SHARE,
+    ppi: pl.DataFrame | None = None,
+    min_labels_for_ppi: int = DEFAULT_MIN_LABELS_FOR_PPI,
 ) -> list[GateResult]:
     """Evaluate metric gates against rows ``table, scope, scope_value, metric, value, ci_low,
     ci_high``. The margin is how far the observed statistic is on the passing side (negative:
-    short by that much)."""
+    short by that much). A gate resting on the judge fails when the judge failed on more than
+    ``max_judge_error_share`` of the claims; it tests the prediction-powered row of ``ppi``
+    (``scope, scope_value, metric, method, unit, value, ci_low, ci_high, n_judged, n_labelled,
+    reason``) when that rests on at least ``min_labels_for_ppi`` labels and has the statistic,
+    and otherwise is not assessed while the judge is not calibrated."""
+    errors = judge_error_share(metrics)
     results = []
     for gate in gates:
         if gate.name == REGRESSION_GATE:
@@ -154,14 +219,42 @@ def evaluate_gates(
             & (pl.col("metric") == gate.metric)
         )
         observed = rows[gate.statistic][0] if rows.height else None
-        if gate.needs_calibrated_judge and not judge_calibrated:
+        if gate.needs_calibrated_judge and errors is not None and errors > max_judge_error_share:
+            results.append(
+                GateResult(
+                    gate,
+                    FAILED,
+                    observed,
+                    None,
+                    f"{gate.name}: the judge failed on {errors:.1%} of the claims, more than "
+                    f"{max_judge_error_share:.0%} (JUDGE_ERROR: an unreachable or misbehaving "
+                    f"judge); {describe(gate)} not passed",
+                )
+            )
+            continue
+        powered = ppi_row(ppi, gate) if gate.needs_calibrated_judge else None
+        rests_on, reason = "", judge_reason
+        if powered is not None:
+            if powered["n_labelled"] < min_labels_for_ppi:
+                note = (
+                    f"{powered['n_labelled']} human labels matched, the prediction-powered "
+                    f"bound needs {min_labels_for_ppi}"
+                )
+            elif powered[gate.statistic] is None:
+                note = f"no prediction-powered {gate.statistic}: {powered['reason']}"
+            else:
+                observed = powered[gate.statistic]
+                rests_on = f", prediction-powered ({powered['method']}, {_labels(powered)})"
+                note = ""
+            reason = f"{judge_reason}; {note}" if note else judge_reason
+        if gate.needs_calibrated_judge and not judge_calibrated and not rests_on:
             results.append(
                 GateResult(
                     gate,
                     NOT_CALIBRATED,
                     observed,
                     None,
-                    f"{gate.name}: {NOT_CALIBRATED} ({judge_reason}); {describe(gate)} not assessed",
+                    f"{gate.name}: {NOT_CALIBRATED} ({reason}); {describe(gate)} not assessed",
                 )
             )
             continue
@@ -185,7 +278,7 @@ def evaluate_gates(
                 PASSED if passed else FAILED,
                 observed,
                 margin,
-                f"{gate.name}: {describe(gate)}: observed {observed:.4f}, {verdict}",
+                f"{gate.name}: {describe(gate)}{rests_on}: observed {observed:.4f}, {verdict}",
             )
         )
     return results

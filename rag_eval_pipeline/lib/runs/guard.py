@@ -40,8 +40,10 @@ def guard_decision(summary: Mapping) -> tuple[str, str]:
             f"{run} re-ran the baseline configuration on the new snapshot and is now the "
             f"baseline; comparing {summary['rebaseline_for']} with it"
         )
-    if summary.get("is_baseline") or not summary.get("baseline_run_id"):
+    if summary.get("is_baseline"):
         return SKIP, f"{run} is the baseline of {summary.get('suite')}; nothing to compare"
+    if not summary.get("baseline_run_id"):
+        return SKIP, str(summary.get("comparability") or f"{run} has no baseline to compare with")
     if summary.get("comparable_with_baseline"):
         return COMPARE, f"{run} is comparable with baseline {summary['baseline_run_id']}"
     return SKIP, str(summary.get("comparability"))

@@ -1,13 +1,19 @@
-"""An evaluation run from start to finish: the record in the run store and in the warehouse.
+"""An evaluation run from start to finish: its record in the run store, then in the warehouse.
 
-- ``begin_run``: the record goes to ``run.json`` in the run folder and to the warehouse with
-  status ``started``, before the system is asked anything, so a run that dies is visible as
-  incomplete rather than missing;
+- ``begin_run``: the record goes to ``run.json`` in the run's folder (status ``started``) before the
+  system is asked anything. No step but the summary writes the warehouse, so the record reaches
+  it at the next publish: every write of the warehouse (``publishing``) first copies the records
+  of runs it does not know yet, and of runs that began again, from the run store. A run that dies
+  is therefore listed as incomplete, never missing and never complete;
+- ``note_capture``: a live run's trace file and its digest, on the record in the run store;
 - ``finish_run``: the summary step loads every table, completes the record and settles the
   baseline, in one private copy of the warehouse published at once;
 - ``abandon_run``: a run that ended without finishing is marked ``failed`` with why.
 """
 
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -15,25 +21,38 @@ import duckdb
 from rag_eval_pipeline.lib.errors import RagEvalError
 from rag_eval_pipeline.lib.reporting.summary import headline_from_tables
 from rag_eval_pipeline.lib.runs import registry
-from rag_eval_pipeline.lib.runs.baselines import Settled, settle_baseline
+from rag_eval_pipeline.lib.runs.baselines import Settled, baseline_eligibility, settle_baseline
 from rag_eval_pipeline.lib.runs.load import load_run
 from rag_eval_pipeline.lib.runs.record import EvalRunRecord
 from rag_eval_pipeline.lib.store.run_store import RunStore
+from rag_eval_pipeline.lib.store.sql import sql_query
 from rag_eval_pipeline.lib.store.warehouse import Warehouse
 
 RECORD_FILE = "run.json"
 
 
-def begin_run(
-    warehouse: Warehouse, store: RunStore, record: EvalRunRecord, dagster_run_id: str | None
-) -> None:
-    """Write the run's record (status ``started``) to its run folder and to the warehouse."""
+def begin_run(store: RunStore, record: EvalRunRecord, dagster_run_id: str | None) -> None:
+    """Write the run's record (status ``started``) to its run folder."""
     store.write_json(
         store.run_dir(record.eval_run_id) / RECORD_FILE,
-        {**record.as_json(), "dagster_run_id": dagster_run_id},
+        {
+            **record.as_json(),
+            "dagster_run_id": dagster_run_id,
+            "started_at": registry.utc_now().isoformat(),
+            "trace_file": None,
+            "trace_digest": None,
+        },
     )
-    with warehouse.writing() as connection:
-        registry.start_run(connection, record, dagster_run_id)
+
+
+def note_capture(store: RunStore, eval_run_id: str, trace_file: str, trace_digest: str) -> None:
+    """Record the trace file a live run was captured in, and its SHA-256, on the run's record:
+    replaying that file reproduces the run's tables."""
+    path = store.run_dir(eval_run_id) / RECORD_FILE
+    document = store.read_json(path)
+    if document is None:
+        raise RagEvalError(f"{path}: no record; the run never began")
+    store.write_json(path, {**document, "trace_file": trace_file, "trace_digest": trace_digest})
 
 
 def read_record(store: RunStore, eval_run_id: str) -> EvalRunRecord:
@@ -42,6 +61,50 @@ def read_record(store: RunStore, eval_run_id: str) -> EvalRunRecord:
     if document is None:
         raise RagEvalError(f"{store.run_dir(eval_run_id)}: no {RECORD_FILE}; the run never began")
     return EvalRunRecord.from_json(document)
+
+
+def sync_records(connection: duckdb.DuckDBPyConnection, store: RunStore) -> list[str]:
+    """Copy into the warehouse the records of runs it does not know, or that began again since
+    (status ``started``), and their capture; returns the runs written."""
+    runs = store.root / "runs"
+    if not runs.exists():
+        return []
+    known = {
+        eval_run_id: (started_at, trace_file)
+        for eval_run_id, started_at, trace_file in connection.execute(
+            sql_query("runs", "record_starts")
+        ).fetchall()
+    }
+    written = []
+    for folder in sorted(runs.iterdir(), key=lambda path: path.name):
+        document = store.read_json(folder / RECORD_FILE)
+        if document is None or "started_at" not in document:
+            continue
+        started_at = dt.datetime.fromisoformat(document["started_at"])
+        eval_run_id = document["eval_run_id"]
+        seen = known.get(eval_run_id)
+        if seen is None or seen[0] < started_at:
+            registry.start_run(
+                connection,
+                EvalRunRecord.from_json(document),
+                document.get("dagster_run_id"),
+                started_at,
+            )
+            written.append(eval_run_id)
+        if document.get("trace_file") and (seen is None or seen[1] != document["trace_file"]):
+            registry.record_capture(
+                connection, eval_run_id, document["trace_file"], document["trace_digest"]
+            )
+    return written
+
+
+@contextmanager
+def publishing(warehouse: Warehouse, store: RunStore) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A writing connection to the warehouse (``Warehouse.writing``) with the run store's
+    records synced first: every writer goes through here."""
+    with warehouse.writing() as connection:
+        sync_records(connection, store)
+        yield connection
 
 
 @dataclass(frozen=True)
@@ -61,17 +124,23 @@ def finish_run(
     *,
     report_path: str | None,
     seed: int,
+    max_judge_error_share: float = 0.05,
 ) -> Finished:
-    """Load the run, complete its record, settle its baseline (on a writing connection)."""
+    """Load the run, complete its record, settle its baseline (on a ``publishing`` connection)."""
     loaded = load_run(connection, store, record)
     headline = headline_from_tables(connection, record.eval_run_id)
     registry.complete_run(connection, record.eval_run_id, headline, report_path)
     run = registry.run_row(connection, record.eval_run_id)
-    settled = settle_baseline(connection, run, seed=seed)
+    settled = settle_baseline(
+        connection,
+        run,
+        seed=seed,
+        eligible=baseline_eligibility(headline, max_judge_error_share),
+    )
     return Finished(registry.run_row(connection, record.eval_run_id), headline, settled, loaded)
 
 
-def abandon_run(warehouse: Warehouse, eval_run_id: str, reason: str) -> None:
+def abandon_run(warehouse: Warehouse, store: RunStore, eval_run_id: str, reason: str) -> None:
     """Mark a run that ended without finishing as ``failed`` (a complete run stays complete)."""
-    with warehouse.writing() as connection:
+    with publishing(warehouse, store) as connection:
         registry.fail_run(connection, eval_run_id, reason)

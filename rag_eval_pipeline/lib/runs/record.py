@@ -50,13 +50,16 @@ class RunSettings:
 
     ``human_labels_digest`` and ``trace_store_digest`` are the SHA-256 of the files the run reads
     (empty when it reads none), so new labels or new production traces make a new run.
+    ``judge_repeats`` is how many times the judge judges each sampled claim (stability,
+    ``lib.judges.stability``).
     """
 
     retrieval_depth: int = 20
     context_k: int = 5
     cutoffs: tuple[int, ...] = (1, 3, 5, 10)
     rel_level: int = 2
-    judge_sample_size: int = 100
+    judge_sample_size: int = 600
+    judge_repeats: int = 1
     seed: int = 20261001
     bootstrap_resamples: int = 1000
     human_labels_digest: str = ""
@@ -84,6 +87,7 @@ class RunSettings:
             whole("cutoffs", cutoff, 1, self.retrieval_depth)
         whole("rel_level", self.rel_level, 1, 3)
         whole("judge_sample_size", self.judge_sample_size, 0)
+        whole("judge_repeats", self.judge_repeats, 1, 20)
         whole("seed", self.seed, 0)
         whole("bootstrap_resamples", self.bootstrap_resamples, 100)
 

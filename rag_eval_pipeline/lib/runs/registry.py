@@ -65,6 +65,17 @@ def fail_run(connection: duckdb.DuckDBPyConnection, eval_run_id: str, reason: st
     connection.execute(sql_query("runs", "fail"), {"eval_run_id": eval_run_id, "reason": reason})
 
 
+def record_capture(
+    connection: duckdb.DuckDBPyConnection, eval_run_id: str, trace_file: str, trace_digest: str
+) -> None:
+    """Record the trace file a live run was captured in and its SHA-256 (``eval_runs``
+    ``trace_file``, ``trace_digest``): replaying that file reproduces the run's tables."""
+    connection.execute(
+        sql_query("capture", "record_capture"),
+        {"eval_run_id": eval_run_id, "trace_file": trace_file, "trace_digest": trace_digest},
+    )
+
+
 def run_row(connection: duckdb.DuckDBPyConnection, eval_run_id: str) -> dict | None:
     """The ``eval_runs`` row of a run, or ``None``."""
     rows = read_frame(connection, sql_query("runs", "run"), {"eval_run_id": eval_run_id})

@@ -88,6 +88,18 @@ class RunStore:
         for part in self.parts(folder, table):
             part.unlink()
 
+    def write_parquet(self, target: UPath, frame: pl.DataFrame) -> None:
+        """A run's own Parquet file that is no warehouse table (the judge's sample)."""
+        self._write_bytes_atomically(target, frame)
+
+    def read_parquet(self, target: UPath) -> pl.DataFrame:
+        with target.open("rb") as handle:
+            return pl.read_parquet(handle)
+
+    def part_names(self, folder: UPath, table: str) -> list[str]:
+        """The part names of ``<folder>/<table>`` (``shard-0003``), sorted."""
+        return [part.name.removesuffix(".parquet") for part in self.parts(folder, table)]
+
     def write_json(self, target: UPath, document: dict) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")

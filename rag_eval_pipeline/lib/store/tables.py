@@ -16,6 +16,7 @@ from rag_eval_pipeline.lib.store.sql import sql_statements
 # Scoped by eval_run_id: written to the run store by the steps, loaded by the summary step.
 RUN_TABLES = (
     "retrieval_results",
+    "system_calls",
     "generation_results",
     "judge_verdicts",
     "retrieval_item_metrics",
@@ -25,6 +26,12 @@ RUN_TABLES = (
     "sufficiency_correctness",
     "abstention_sweep",
     "judge_calibration",
+    "judge_repeat_verdicts",
+    "judge_rate_estimates",
+    "judge_usage",
+    "diagnostic_verdicts",
+    "diagnostic_item_metrics",
+    "diagnostic_metrics",
 )
 # Scoped by corpus_digest and golden_digest: content-addressed, loaded once per digest.
 CORPUS_TABLES = ("corpus_snapshots", "corpus_documents", "corpus_passages")

@@ -49,7 +49,12 @@ def upgrade(connection: duckdb.DuckDBPyConnection) -> None:
     if connection.sql(sql_query("migrations", "legacy_eval_runs_is_a_table")).fetchall()[0][0]:
         for step in ("legacy_records", "legacy_baselines", "legacy_drop"):
             connection.execute(sql_query("migrations", step))
-    for step in ("decision_suite_column", "decision_suite_value", "optional_outcomes"):
+    for step in (
+        "decision_suite_column",
+        "decision_suite_value",
+        "optional_outcomes",
+        "capture_columns",
+    ):
         connection.execute(sql_query("migrations", step))
     for statement in sql_statements("views"):
         connection.execute(statement)
