@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import json
 import os
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import polars as pl
@@ -26,6 +27,9 @@ from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.cli.nightly import preflight, read_run_config
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_name
+
+if TYPE_CHECKING:
+    from rag_eval_pipeline.lib.judges.budget import JudgeBudget
 
 PRICE_ENV = "RAG_EVAL_JUDGE_PRICE_PER_1K_TOKENS"
 
@@ -50,7 +54,7 @@ def configured_resources(deployment, run_config: dict) -> dict:
     return resources
 
 
-def price_per_1k(args: argparse.Namespace, judge_resource) -> float | None:
+def price_per_1k(args: argparse.Namespace, configured_budget: "JudgeBudget") -> float | None:
     """The price: ``--price-per-1k``, else the environment, else the judge resource's."""
     if args.price_per_1k is not None:
         return args.price_per_1k
@@ -60,7 +64,7 @@ def price_per_1k(args: argparse.Namespace, judge_resource) -> float | None:
             return float(configured)
         except ValueError:
             raise ConfigError(f"{PRICE_ENV}={configured!r} is not a number") from None
-    return getattr(judge_resource, "price_per_1k_tokens", 0.0) or None
+    return configured_budget.price_per_1k_tokens
 
 
 def tonight_answers(record, resources, passages, items, store) -> tuple[pl.DataFrame, str]:
@@ -96,6 +100,7 @@ def command_judge_plan(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.judges.budget import JudgeBudget
     from rag_eval_pipeline.lib.judges.diagnostics import diagnostic_items, judged_traces
     from rag_eval_pipeline.lib.judges.plan import format_plan, plan_json, plan_judging
+    from rag_eval_pipeline.lib.judges.protocol import PaidJudge
     from rag_eval_pipeline.lib.judges.run import (
         answered_golden,
         judge_candidates,
@@ -155,8 +160,8 @@ def command_judge_plan(args: argparse.Namespace) -> int:
         items,
         texts,
     )
-    budget = judge_resource.budget() if hasattr(judge_resource, "budget") else JudgeBudget()
-    budget = JudgeBudget(budget.max_tokens, budget.max_cost, price_per_1k(args, judge_resource))
+    budget = judge_resource.budget()
+    budget = JudgeBudget(budget.max_tokens, budget.max_cost, price_per_1k(args, budget))
     judge = judge_resource.build()
     try:
         plan = plan_judging(
@@ -168,9 +173,8 @@ def command_judge_plan(args: argparse.Namespace) -> int:
             budget=budget,
         )
     finally:
-        close = getattr(judge, "close", None)
-        if callable(close):
-            close()
+        if isinstance(judge, PaidJudge):
+            judge.close()
     production_sampled = int((sample["source"] == "production").sum())
     if args.json:
         print(json.dumps({"eval_run_id": record.eval_run_id, **plan_json(plan)}, indent=2))

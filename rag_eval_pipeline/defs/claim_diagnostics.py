@@ -9,6 +9,7 @@ from rag_eval_pipeline.defs.retrieval_run import record_of
 from rag_eval_pipeline.lib.inputs.traces import load_traces
 from rag_eval_pipeline.lib.judges.budget import earlier_tokens, usage_row
 from rag_eval_pipeline.lib.judges.diagnostics import diagnose, diagnostic_items, judged_traces
+from rag_eval_pipeline.lib.judges.protocol import PaidJudge
 from rag_eval_pipeline.lib.judges.run import passage_texts
 from rag_eval_pipeline.lib.store.staging import staged_passages
 
@@ -60,7 +61,7 @@ def build_claim_diagnostics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         the_judge = judge.build()
         usage = store.read_table(run_dir, "judge_usage").filter(pl.col("step") != STEP)
         # Its own spending is a part of its own: the judging shards' parts stay as they are.
-        if hasattr(the_judge, "charge_earlier"):
+        if isinstance(the_judge, PaidJudge):
             the_judge.charge_earlier(earlier_tokens(usage, STEP))
         tables = diagnose(
             the_judge,

@@ -269,6 +269,12 @@ class JudgeResource(dg.ConfigurableResource, ABC):
         """The judge; ``budget_share`` is the part of a run's judge budget it may spend (a shard
         of the run gets its share)."""
 
+    def budget(self, share: float = 1.0):
+        """The run's judge budget (``share`` of it): none for a judge that makes no calls."""
+        from rag_eval_pipeline.lib.judges.budget import JudgeBudget
+
+        return JudgeBudget()
+
 
 class DeterministicJudgeResource(JudgeResource):
     """The offline judge: lexical, exact and reproducible."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.judges.protocol import Judge, PaidJudge
 
 BUDGET_EXHAUSTED = "budget exhausted"
 
@@ -135,12 +136,11 @@ class JudgeSpend:
             }
 
 
-def usage_row(judge: object, step: str) -> dict:
+def usage_row(judge: Judge, step: str) -> dict:
     """A ``judge_usage`` row (without ``eval_run_id``) for what ``judge`` spent in ``step``; a
     judge that makes no model calls (the deterministic judge) spent nothing."""
-    account = getattr(judge, "usage", None)
-    usage = account() if callable(account) else JudgeSpend().usage()
-    return {"step": step, "judge_id": getattr(judge, "judge_id", ""), **usage}
+    usage = judge.usage() if isinstance(judge, PaidJudge) else JudgeSpend().usage()
+    return {"step": step, "judge_id": judge.judge_id, **usage}
 
 
 def earlier_tokens(usage: pl.DataFrame, before_step: str) -> int:

@@ -32,7 +32,7 @@ from rag_eval_pipeline.lib.judges.diagnostics import (
     DiagnosticItem,
     diagnostic_pairs,
 )
-from rag_eval_pipeline.lib.judges.protocol import Claim, Context, Judge
+from rag_eval_pipeline.lib.judges.protocol import Claim, Context, Judge, PaidJudge
 from rag_eval_pipeline.lib.judges.run import claims_to_judge, verdict_pairs
 
 
@@ -99,16 +99,14 @@ class JudgePlan(NamedTuple):
 
 def _claims(judge: Judge, answer: str) -> list[Claim]:
     """The judge's cached split of ``answer`` if it has one, else the deterministic split."""
-    cached = getattr(judge, "cached_claims", None)
-    found = cached(answer) if callable(cached) else None
+    found = judge.cached_claims(answer) if isinstance(judge, PaidJudge) else None
     return found if found is not None else split_claims(answer)
 
 
 def _splits_line(judge: Judge, step: str, what: str, answers: Sequence[str]) -> PlanLine:
-    planned = getattr(judge, "planned_claims", None)
-    if not callable(planned):
+    if not isinstance(judge, PaidJudge):
         return PlanLine(step, what, len(answers), 0, 0, 0)
-    outcomes = [planned(answer) for answer in answers]
+    outcomes = [judge.planned_claims(answer) for answer in answers]
     costs = tuple(tokens for hit, tokens in outcomes if not hit)
     return PlanLine(
         step, what, len(answers), len(answers) - len(costs), len(costs), sum(costs), costs
@@ -126,9 +124,8 @@ def _verdicts_line(
     """Questions of ``pairs`` asked as each of ``repeats``: identical questions of one batch are
     one request, and a question an earlier batch of the plan asks (``asked``, updated) will be
     in the cache by then."""
-    planned = getattr(judge, "planned_verdict", None)
     questions = len(pairs) * len(repeats)
-    if not callable(planned):
+    if not isinstance(judge, PaidJudge):
         return PlanLine(step, what, questions, 0, 0, 0)
     cached = 0
     costs: list[int] = []
@@ -138,7 +135,9 @@ def _verdicts_line(
         for claim, context in pairs:
             key = (claim, tuple((str(p), str(t)) for p, t in context), repeat)
             if key not in seen:
-                seen[key] = (True, 0) if key in earlier else planned(claim, context, repeat)
+                seen[key] = (
+                    (True, 0) if key in earlier else judge.planned_verdict(claim, context, repeat)
+                )
             cached += seen[key][0]
         costs += [cost for hit, cost in seen.values() if not hit]
         asked.update(seen)
@@ -205,8 +204,8 @@ def plan_judging(
         ),
     ]
     return JudgePlan(
-        getattr(judge, "judge_id", ""),
-        callable(getattr(judge, "planned_verdict", None)),
+        judge.judge_id,
+        isinstance(judge, PaidJudge),
         lines,
         budget or JudgeBudget(),
     )

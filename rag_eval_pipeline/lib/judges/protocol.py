@@ -12,7 +12,7 @@ and an LLM judge over any OpenAI-compatible endpoint (``judges.llm``).
 """
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 ENTAILED = "ENTAILED"
 CONTRADICTED = "CONTRADICTED"
@@ -46,3 +46,24 @@ class Judge(Protocol):
         ...
 
     def verdicts(self, pairs: Sequence[tuple[str, Context]]) -> list[Verdict]: ...
+
+
+@runtime_checkable
+class PaidJudge(Protocol):
+    """A judge that calls a model: it keeps an account of what it spent, can be charged what
+    earlier steps of the run spent (one budget per run), and can say what a call would cost
+    before making it (``judges.plan``). The deterministic judge is not one: it spends nothing."""
+
+    def usage(self) -> dict: ...
+
+    def charge_earlier(self, tokens: float) -> None: ...
+
+    def cached_claims(self, answer: str) -> list[Claim] | None: ...
+
+    def planned_claims(self, answer: str) -> tuple[bool, int]: ...
+
+    def planned_verdict(
+        self, claim: str, context: Context, repeat: int = 1
+    ) -> tuple[bool, int]: ...
+
+    def close(self) -> None: ...

@@ -20,6 +20,7 @@ no calls, and every item is ``ok`` with no attempts, latency, tokens or cost.
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import polars as pl
@@ -101,6 +102,14 @@ class ReportsCalls(Protocol):
     """A system that can say what each call came to, in the order of ``queries``."""
 
     def call_outcomes(self, queries: Sequence[Query]) -> list[CallOutcome]: ...
+
+
+@runtime_checkable
+class CapturesTraces(Protocol):
+    """A live system that keeps what it did as a trace file (``lib.systems.capture``)."""
+
+    @property
+    def captured(self) -> Path | None: ...
 
 
 def calls_frame(outcomes: Sequence[CallOutcome]) -> pl.DataFrame:

@@ -9,7 +9,12 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.store.tables import row_schema
-from rag_eval_pipeline.lib.systems.calls import CallOutcome, ReportsCalls, calls_frame
+from rag_eval_pipeline.lib.systems.calls import (
+    CallOutcome,
+    CapturesTraces,
+    ReportsCalls,
+    calls_frame,
+)
 from rag_eval_pipeline.lib.systems.protocol import Hit, Query, SystemUnderTest
 
 
@@ -53,7 +58,7 @@ def system_calls(system: SystemUnderTest, items: pl.DataFrame) -> pl.DataFrame:
 
 def captured_traces(system: SystemUnderTest) -> Path | None:
     """The trace file a live system captured the run in (``lib.systems.capture``), if any."""
-    return getattr(system, "captured", None)
+    return system.captured if isinstance(system, CapturesTraces) else None
 
 
 def generation_results(
