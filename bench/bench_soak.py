@@ -89,6 +89,8 @@ def main() -> None:
     parser.add_argument("--flaky", type=float, default=0.1)
     parser.add_argument("--timeout", type=float, default=3600)
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the daemon started below is stopped by its pid.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     scratch = Path(tempfile.mkdtemp(prefix="rag-eval-soak-"))
     home = scratch / "dagster_home"
     home.mkdir()
