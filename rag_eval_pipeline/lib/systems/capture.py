@@ -28,9 +28,9 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.inputs.traces import (
-    HIT_TYPE,
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
+    TRACE_SCHEMA,
     trace_file_digest,
 )
 from rag_eval_pipeline.lib.systems.calls import OK, SYSTEM_ERROR, CallOutcome, cause_of
@@ -45,17 +45,9 @@ MEASURED_SCHEMA = {
     "cost": pl.Float64,
     "error": pl.String,
 }
+# A capture row is a trace (without the reader's line and trace id) and what its call came to.
 CAPTURE_SCHEMA = {
-    "item_id": pl.String,
-    "question": pl.String,
-    "retrieved": pl.List(HIT_TYPE),
-    "context_ids": pl.List(pl.String),
-    "answer": pl.String,
-    "cited_ids": pl.List(pl.String),
-    "refused": pl.Boolean,
-    "refusal_reason": pl.String,
-    "system_version": pl.String,
-    "corpus_digest": pl.String,
+    **{name: dtype for name, dtype in TRACE_SCHEMA.items() if name not in ("line", "trace_id")},
     **MEASURED_SCHEMA,
 }
 
