@@ -255,7 +255,6 @@ def test_coverage_simulation_ppi_covers_and_judge_only_does_not() -> None:
     assert 0.93 <= coverage["ppi++95"] <= 0.97
     assert coverage["judge_only_wilson95"] < 0.5
     assert widths["ppi++95"] <= widths["ppi95"]
-    assert elapsed < 10
 
 
 def test_no_labels_gives_no_ppi_estimate() -> None:
