@@ -40,36 +40,17 @@ def build_claim_diagnostics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         ``diagnostic_item_metrics``, their means per source to ``diagnostic_metrics``; the judge
         shares the run's budget with ``judge_sample``."""
         record = record_of(judge_sample)
-        suite = suites.suite(record.suite)
         store = warehouse_db.run_store()
-        run_dir, golden_dir = (
-            store.run_dir(record.eval_run_id),
-            store.golden_dir(record.golden_digest),
-        )
-        verdicts = store.read_table(run_dir, "judge_verdicts")
-        production = load_traces(suite.trace_store) if suite.trace_store else None
-        traces = judged_traces(
-            verdicts,
-            store.read_table(run_dir, "generation_results"),
-            production,
-            record.corpus_digest,
-        )
-        texts = passage_texts(
-            staged_passages(store, set(traces["corpus_digest"]) | {record.corpus_digest})
-        )
-        chosen = diagnostic_items(traces, store.read_table(golden_dir, "golden_items"), texts)
+        run_dir = store.run_dir(record.eval_run_id)
+        verdicts, chosen, gold = diagnosis_inputs(store, record, suites.suite(record.suite))
         the_judge = judge.build()
         usage = store.read_table(run_dir, "judge_usage").filter(pl.col("step") != STEP)
         # Its own spending is a part of its own: the judging shards' parts stay as they are.
         if isinstance(the_judge, PaidJudge):
             the_judge.charge_earlier(earlier_tokens(usage, STEP))
+        settings = record.settings
         tables = diagnose(
-            the_judge,
-            chosen,
-            verdicts,
-            store.read_table(golden_dir, "golden_gold"),
-            rel_level=record.settings.rel_level,
-            seed=record.settings.seed,
+            the_judge, chosen, verdicts, gold, rel_level=settings.rel_level, seed=settings.seed
         )
         run_id = pl.lit(record.eval_run_id).alias("eval_run_id")
         for table, frame in (
@@ -95,3 +76,20 @@ def build_claim_diagnostics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         )
 
     return claim_diagnostics
+
+
+def diagnosis_inputs(store, record, suite) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The run's verdicts, the judged answers chosen for diagnosis (golden answers and the
+    production traces naming a golden item, with their passages' texts), and the gold."""
+    run_dir = store.run_dir(record.eval_run_id)
+    golden_dir = store.golden_dir(record.golden_digest)
+    verdicts = store.read_table(run_dir, "judge_verdicts")
+    production = load_traces(suite.trace_store) if suite.trace_store else None
+    traces = judged_traces(
+        verdicts, store.read_table(run_dir, "generation_results"), production, record.corpus_digest
+    )
+    texts = passage_texts(
+        staged_passages(store, set(traces["corpus_digest"]) | {record.corpus_digest})
+    )
+    chosen = diagnostic_items(traces, store.read_table(golden_dir, "golden_items"), texts)
+    return verdicts, chosen, store.read_table(golden_dir, "golden_gold")

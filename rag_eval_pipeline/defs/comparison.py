@@ -76,60 +76,71 @@ def build_run_comparison(
                     f"no completed evaluation run of suite {suite} for night {night}"
                 )
             comparison = compare_with_baseline(connection, candidate_id, seed=settings.seed)
-        worse = comparison.regressions(alpha)
-        shown = (
-            comparison.rows.select(
-                "metric", "candidate_value", "baseline_value", "delta", "p_value", "test", "n"
-            )
-            if comparison.rows.height
-            else comparison.rows
-        )
-        baseline = comparison.baseline or comparison.candidate
         yield dg.Output(
-            None,
-            metadata={
-                **table_metadata(comparison.rows, "run_comparisons"),
-                "candidate_run_id": candidate_id,
-                "baseline_run_id": comparison.baseline_run_id,
-                "candidate_corpus_digest": comparison.candidate["corpus_digest"],
-                "baseline_corpus_digest": baseline["corpus_digest"],
-                "comparable": comparison.comparable,
-                "reason": comparison.reason,
-                "dagster_run": run_link(context.run_id),
-                "comparison": dg.MetadataValue.md(markdown_table(shown))
-                if shown.height
-                else dg.MetadataValue.text(comparison.reason),
-            },
+            None, metadata=comparison_metadata(comparison, candidate_id, context.run_id)
         )
-        yield dg.AssetCheckResult(
-            check_name="comparable_with_baseline",
-            passed=comparison.comparable,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=comparison.reason,
-            metadata={
-                "candidate_corpus_digest": comparison.candidate["corpus_digest"],
-                "baseline_corpus_digest": baseline["corpus_digest"],
-                "candidate_golden_digest": comparison.candidate["golden_digest"],
-                "baseline_golden_digest": baseline["golden_digest"],
-                "reason": comparison.reason,
-            },
-        )
-        yield dg.AssetCheckResult(
-            check_name=f"gate_{REGRESSION_GATE}",
-            passed=comparison.comparable and not worse,
-            severity=dg.AssetCheckSeverity.ERROR
-            if comparison.comparable
-            else dg.AssetCheckSeverity.WARN,
-            description=(
-                f"significantly worse than baseline {comparison.baseline_run_id}: {', '.join(worse)}"
-                if worse
-                else (
-                    "no significant regression"
-                    if comparison.comparable
-                    else f"not assessed: {comparison.reason}"
-                )
-            ),
-            metadata={"regressed_metrics": dg.MetadataValue.json(worse)},
-        )
+        yield from comparison_checks(comparison, alpha)
 
     return run_comparison
+
+
+def comparison_metadata(comparison, candidate_id: str, dagster_run_id: str) -> dict:
+    """What the UI shows of a comparison: the table, both runs and digests, and why."""
+    shown = (
+        comparison.rows.select(
+            "metric", "candidate_value", "baseline_value", "delta", "p_value", "test", "n"
+        )
+        if comparison.rows.height
+        else comparison.rows
+    )
+    baseline = comparison.baseline or comparison.candidate
+    return {
+        **table_metadata(comparison.rows, "run_comparisons"),
+        "candidate_run_id": candidate_id,
+        "baseline_run_id": comparison.baseline_run_id,
+        "candidate_corpus_digest": comparison.candidate["corpus_digest"],
+        "baseline_corpus_digest": baseline["corpus_digest"],
+        "comparable": comparison.comparable,
+        "reason": comparison.reason,
+        "dagster_run": run_link(dagster_run_id),
+        "comparison": dg.MetadataValue.md(markdown_table(shown))
+        if shown.height
+        else dg.MetadataValue.text(comparison.reason),
+    }
+
+
+def comparison_checks(comparison, alpha: float):
+    """The two blocking checks: comparable digests, and no significant regression (not assessed,
+    a warning, when the runs are not comparable)."""
+    baseline = comparison.baseline or comparison.candidate
+    worse = comparison.regressions(alpha)
+    yield dg.AssetCheckResult(
+        check_name="comparable_with_baseline",
+        passed=comparison.comparable,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=comparison.reason,
+        metadata={
+            "candidate_corpus_digest": comparison.candidate["corpus_digest"],
+            "baseline_corpus_digest": baseline["corpus_digest"],
+            "candidate_golden_digest": comparison.candidate["golden_digest"],
+            "baseline_golden_digest": baseline["golden_digest"],
+            "reason": comparison.reason,
+        },
+    )
+    if worse:
+        description = (
+            f"significantly worse than baseline {comparison.baseline_run_id}: {', '.join(worse)}"
+        )
+    elif comparison.comparable:
+        description = "no significant regression"
+    else:
+        description = f"not assessed: {comparison.reason}"
+    yield dg.AssetCheckResult(
+        check_name=f"gate_{REGRESSION_GATE}",
+        passed=comparison.comparable and not worse,
+        severity=dg.AssetCheckSeverity.ERROR
+        if comparison.comparable
+        else dg.AssetCheckSeverity.WARN,
+        description=description,
+        metadata={"regressed_metrics": dg.MetadataValue.json(worse)},
+    )

@@ -112,44 +112,19 @@ def build_eval_summary(partitions: dg.PartitionsDefinition, gates: GateSet) -> d
                 seed=record.settings.seed,
                 max_judge_error_share=gates.max_judge_error_share,
             )
-            gate_rows = read_frame(
-                connection, sql_query("gates", "metric_rows"), {"run": record.eval_run_id}
-            )
-            ppi_rows = read_frame(
-                connection, sql_query("gates", "ppi_rows"), {"run": record.eval_run_id}
-            )
+            results = gate_results(connection, record.eval_run_id, finished.headline, gates)
             report_data = load_report_data(connection, record.eval_run_id)
         rendered = render_charts(report_data)
         write_html_report(report_data, report_file, rendered)
-        calibration = finished.headline.get("judge_calibration") or {}
-        results = evaluate_gates(
-            metric_gates,
-            gate_rows,
-            judge_calibrated=bool(calibration.get("calibrated")),
-            judge_reason=calibration.get("reason", "no calibration"),
-            max_judge_error_share=gates.max_judge_error_share,
-            ppi=ppi_rows,
-            min_labels_for_ppi=gates.min_labels_for_ppi,
+        metadata = summary_metadata(
+            finished, results, gates, report_markdown(report_data, rendered)
         )
-        failing = [f"- {r.message}" for r in results if not r.passed]
-        markdown = summary_markdown(finished.headline)
-        if failing:
-            markdown += "\n\n**Release gates not passed:**\n\n" + "\n".join(failing)
-        run = finished.run
+        dagster_run = finished.run["dagster_run_id"] or context.run_id
         yield dg.Output(
             {**retrieval_metrics, "headline": finished.headline},
             metadata={
-                **table_metadata(pl.DataFrame([run]), "eval_runs"),
-                **guard_facts(finished),
-                "dagster_run": run_link(run["dagster_run_id"] or context.run_id),
-                "corpus_digest": run["corpus_digest"],
-                "golden_set": run["golden_set"],
-                "golden_digest": run["golden_digest"],
-                "system_config_digest": run["system_config_digest"],
-                "settings_digest": run["settings_digest"],
-                "gates_file": f"{gates.path.name} (version {gates.version})",
-                "summary": dg.MetadataValue.md(markdown),
-                "charts": dg.MetadataValue.md(report_markdown(report_data, rendered)),
+                **metadata,
+                "dagster_run": run_link(dagster_run),
                 "report": dg.MetadataValue.path(str(report_file)),
             },
         )
@@ -157,3 +132,41 @@ def build_eval_summary(partitions: dg.PartitionsDefinition, gates: GateSet) -> d
             yield gate_check(result)
 
     return eval_summary
+
+
+def gate_results(connection, eval_run_id: str, headline: dict, gates: GateSet) -> list:
+    """The release gates on the run's metric rows and prediction-powered bounds; judge gates
+    respect the calibration and the judge error bound."""
+    params = {"run": eval_run_id}
+    calibration = headline.get("judge_calibration") or {}
+    return evaluate_gates(
+        gates.metric_gates,
+        read_frame(connection, sql_query("gates", "metric_rows"), params),
+        judge_calibrated=bool(calibration.get("calibrated")),
+        judge_reason=calibration.get("reason", "no calibration"),
+        max_judge_error_share=gates.max_judge_error_share,
+        ppi=read_frame(connection, sql_query("gates", "ppi_rows"), params),
+        min_labels_for_ppi=gates.min_labels_for_ppi,
+    )
+
+
+def summary_metadata(finished, results: list, gates: GateSet, charts: str) -> dict:
+    """What the UI shows of the finished run: its record, digests, the summary with the gates
+    not passed, and the charts."""
+    failing = [f"- {r.message}" for r in results if not r.passed]
+    markdown = summary_markdown(finished.headline)
+    if failing:
+        markdown += "\n\n**Release gates not passed:**\n\n" + "\n".join(failing)
+    run = finished.run
+    return {
+        **table_metadata(pl.DataFrame([run]), "eval_runs"),
+        **guard_facts(finished),
+        "corpus_digest": run["corpus_digest"],
+        "golden_set": run["golden_set"],
+        "golden_digest": run["golden_digest"],
+        "system_config_digest": run["system_config_digest"],
+        "settings_digest": run["settings_digest"],
+        "gates_file": f"{gates.path.name} (version {gates.version})",
+        "summary": dg.MetadataValue.md(markdown),
+        "charts": dg.MetadataValue.md(charts),
+    }
