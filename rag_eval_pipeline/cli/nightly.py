@@ -1,8 +1,10 @@
 """``rag-eval nightly`` and ``rag-eval rebaseline``: a night of one suite, in the project's instance.
 
-The job runs in-process against the persistent Dagster instance (``DAGSTER_HOME``, else the
-project's ``.dagster_home``), so the run is in the UI under the ``dagster_run_id`` its
-``eval_runs`` row names. A line per finished step goes to stderr; the summary, where the
+The job runs against the persistent Dagster instance (``DAGSTER_HOME``, else the project's
+``.dagster_home``), so the run is in the UI under the ``dagster_run_id`` its ``eval_runs`` row
+names: in this process by default, or on the executor ``RAG_EVAL_EXECUTOR`` names (a process per
+step, or Celery workers; ``docs/SCALING.md``). A line per finished step goes to stderr (as each
+step ends in-process, after the run on other executors); the summary, where the
 warehouse and report are, and the comparison guard's decision go to stdout. A run that fails
 is marked failed in the warehouse; a failing release gate fails the Dagster run and exits 1
 after every table and the comparison are written.
@@ -123,15 +125,19 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
 
     # Failures are reported as one line each (failure_messages); --verbose shows Dagster's log.
     log_level = "DEBUG" if verbose else "CRITICAL"
+    in_process = project.deployment().executor == "in_process"
+    loggers = {"console": {"config": {"log_level": log_level}}}
+    # Loggers run where the step runs: on a Celery worker the progress lines would go to the
+    # worker's log, so for other executors they are printed from the event log after the run.
     config = {
         **(run_config or {}),
-        "loggers": {"console": {"config": {"log_level": log_level}}, "step_progress": {}},
+        "loggers": loggers | ({"step_progress": {}} if in_process else {}),
     }
     run_id = str(uuid.uuid4())
     tags = {**(tags or {}), HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
     try:
         with interrupts_stop_the_run():
-            if project.deployment().executor == "in_process":
+            if in_process:
                 return defs.resolve_job_def(job_name).execute_in_process(
                     run_config=config,
                     partition_key=key,
@@ -140,7 +146,9 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
                     tags=tags,
                     run_id=run_id,
                 )
-            return execute_on_workers(instance, job_name, key, config, tags)
+            result = execute_on_workers(instance, job_name, key, config, tags)
+            print_finished_steps(instance, result.run_id)
+            return result
     except dg.DagsterInvalidConfigError as error:
         problems = "; ".join(e.message for e in error.errors) or str(error)
         raise ConfigError(f"run configuration of {job_name}: {problems}") from None
@@ -156,7 +164,8 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
 
 def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: dict):
     """Run a job whose steps run in other processes (multiprocess, Celery workers): they rebuild
-    the job from the environment (``defs.reconstruct``). The run id is the instance's."""
+    the job from the environment (``defs.reconstruct``), so every process must see the same
+    ``RAG_EVAL_*`` variables and instance. The run id is the instance's."""
     import dagster as dg
 
     from rag_eval_pipeline.defs.reconstruct import reconstructable_job
@@ -174,6 +183,26 @@ def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: di
         tags={**tags, **partition_tags},
         raise_on_error=False,
     )
+
+
+def print_finished_steps(instance, run_id: str) -> None:
+    """The progress lines (``defs.progress``) of a finished run, from its event log."""
+    import dagster as dg
+
+    from rag_eval_pipeline.defs.progress import step_label
+
+    finished = instance.all_logs(
+        run_id, of_type={dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE}
+    )
+    for entry in sorted(finished, key=lambda entry: entry.timestamp):
+        event = entry.dagster_event
+        step = step_label(event.step_key)
+        if event.is_step_success:
+            seconds = event.event_specific_data.duration_ms / 1000
+            print(f"  {step:<34} {seconds:6.2f} s", file=sys.stderr)
+        else:
+            print(f"  {step:<34} FAILED", file=sys.stderr)
+    sys.stderr.flush()
 
 
 def end_interrupted_run(instance, run_id: str, reason: str) -> None:
@@ -261,6 +290,9 @@ def command_nightly(args: argparse.Namespace) -> int:
 
     # The console shows warnings and errors; every event stays in the Dagster instance and UI.
     warnings.filterwarnings("ignore", message=".*is currently in beta")
+    # dagster-celery registers its step task on an app that already has it (celery 5.7 warns);
+    # both are the same task, so the warning says nothing about this run.
+    warnings.filterwarnings("ignore", message="Task name 'execute_plan' is already registered")
     suite = check_suite_name(args.suite, "--suite")
     deployment = project.deployment()
     run_config = read_run_config(args.config)

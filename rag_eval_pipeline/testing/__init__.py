@@ -1,6 +1,9 @@
 """Test doubles and helpers shared by the tests and the benchmarks.
 
 - ``fake_openai``: an OpenAI-compatible chat endpoint on 127.0.0.1 with scripted faults;
+- ``engine``, ``postgres``: Redis with Celery workers, and PostgreSQL, as processes stopped by pid;
+- ``warehouses``, ``timeline``: two warehouses compared row by row; where a run's time went;
+- ``flaky``: a nightly job whose retrieval fails in one shard, for re-execution;
 - ``write_suite_file``, ``evaluation_resources``, ``materialize_suite``: the real evaluation graph
   on a suite given by its paths, into a warehouse of the caller's choosing.
 """

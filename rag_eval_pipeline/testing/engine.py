@@ -20,12 +20,33 @@ import time
 from pathlib import Path
 
 REDIS = "redis-server"
+# dagster-celery's app reads this module when a worker starts. Importing the definitions there
+# (before the pool forks) saves each worker's first step about 6 s of imports; ``__import__``
+# binds no name, so nothing but the two settings reaches Celery's configuration.
+WORKER_CONFIG = """\
+broker_url = {self.broker!r}
+result_backend = {self.backend!r}
+__import__("rag_eval_pipeline.defs.reconstruct")
+"""
 
 
 def free_port() -> int:
+    """A port nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, *, what: str, timeout: float = 30.0) -> None:
+    """Until something listens on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} in {timeout:.0f} s")
 
 
 def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -54,6 +75,8 @@ class CeleryEngine:
         self.env = {**os.environ, **(env or {})}
         self.port = free_port()
         self.processes: list[subprocess.Popen] = []
+        # Every process this engine started, kept after ``stop`` so a caller can check each ended.
+        self.started: list[subprocess.Popen] = []
         self.worker_pids: list[int] = []
 
     @property
@@ -63,6 +86,15 @@ class CeleryEngine:
     @property
     def backend(self) -> str:
         return f"redis://127.0.0.1:{self.port}/1"
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What ``rag-eval nightly`` and the workers need to choose this engine."""
+        return {
+            "RAG_EVAL_EXECUTOR": "celery",
+            "RAG_EVAL_CELERY_BROKER": self.broker,
+            "RAG_EVAL_CELERY_BACKEND": self.backend,
+        }
 
     @property
     def executor_config(self) -> dict:
@@ -89,15 +121,15 @@ class CeleryEngine:
             stderr=subprocess.STDOUT,
         )
         self.processes.append(redis)
-        self._wait_for_port()
+        self.started.append(redis)
+        wait_for_port(self.port, what="redis")
         config = self.root / "celery_config"
         config.mkdir(exist_ok=True)
-        (config / "dagster_celery_config.py").write_text(
-            f"broker_url = {self.broker!r}\nresult_backend = {self.backend!r}\n"
-        )
+        (config / "dagster_celery_config.py").write_text(WORKER_CONFIG.format(self=self))
         celery = Path(sys.executable).parent / "celery"
         env = {
             **self.env,
+            **self.environment,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(config), self.env.get("PYTHONPATH")])),
         }
         for index in range(1, self.workers + 1):
@@ -125,19 +157,10 @@ class CeleryEngine:
                 stderr=subprocess.STDOUT,
             )
             self.processes.append(worker)
+            self.started.append(worker)
             self.worker_pids.append(worker.pid)
         self._wait_for_workers()
         return self
-
-    def _wait_for_port(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis did not listen on 127.0.0.1:{self.port} in {timeout:.0f} s")
 
     def _wait_for_workers(self, timeout: float = 90.0) -> None:
         from celery import Celery
@@ -164,7 +187,12 @@ class CeleryEngine:
         self.processes.clear()
 
     def __enter__(self) -> "CeleryEngine":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            # __exit__ does not run when __enter__ raises: stop what did start.
+            self.stop()
+            raise
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -1,0 +1,267 @@
+"""The nightly job on other executors gives the in-process run's warehouse, table by table.
+
+Each run is ``rag-eval nightly`` as a user runs it (a subprocess, its own warehouse and Dagster
+instance), and the warehouses are compared row by row (``testing.warehouses`` says which columns
+are left out and why: only wall-clock times and Dagster's run id). The Celery runs start Redis
+and two workers as separate processes (``testing.engine``) and PostgreSQL from Debian's binaries
+(``testing.postgres``); each is stopped by its pid. They are skipped only when ``redis-server``
+or PostgreSQL is not installed on this machine; ``.ci/run`` installs both.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+from dagster._core.instance.ref import InstanceRef
+
+from rag_eval_pipeline.defs.partitions import SUITE as SUITE_DIMENSION
+from rag_eval_pipeline.defs.partitions import partition_key
+from rag_eval_pipeline.testing.engine import REDIS, CeleryEngine
+from rag_eval_pipeline.testing.postgres import PostgresServer, postgres_bin
+from rag_eval_pipeline.testing.warehouses import warehouse_differences
+
+from .conftest import FIXTURE_GATES, NIGHT, SUITE, fixture_suites, materialize_night
+
+ROOT = Path(__file__).resolve().parents[1]
+RAG_EVAL = str(Path(sys.executable).parent / "rag-eval")
+BUNDLED = "procedures"
+GENERATED = "generated"
+# Every run compared has the same shard count: the figures do not depend on it, but
+# judge_usage has a row per judging step, so one per shard.
+SHARDS = "4"
+PG_PASSWORD_ENV = "RAG_EVAL_TEST_PG_PASSWORD"
+
+DEFINITION_MODULES = {path.stem for path in (ROOT / "rag_eval_pipeline" / "defs").glob("*.py")} - {
+    "__init__",
+    "resources",
+}
+
+needs_redis = pytest.mark.skipif(
+    shutil.which(REDIS) is None,
+    reason="redis-server is not installed here (apt-get install redis-server; .ci/run does)",
+)
+needs_postgres = pytest.mark.skipif(
+    postgres_bin() is None,
+    reason="PostgreSQL is not installed here (apt-get install postgresql; .ci/run does)",
+)
+
+
+def run_environment(folder: Path, **variables: str) -> dict[str, str]:
+    """A run's own warehouse and Dagster instance under ``folder``, and ``variables``."""
+    return {
+        "DAGSTER_HOME": str(folder / "home"),
+        "RAG_EVAL_WAREHOUSE": str(folder / "rag_eval.duckdb"),
+        **variables,
+    }
+
+
+def nightly(suite: str, environment: dict[str, str]) -> Path:
+    """``rag-eval nightly`` of ``suite``; the warehouse it wrote."""
+    Path(environment["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    completed = subprocess.run(
+        [RAG_EVAL, "nightly", "--suite", suite, "--partition", NIGHT, "--no-guard"],
+        cwd=ROOT,
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return Path(environment["RAG_EVAL_WAREHOUSE"])
+
+
+def dagster_run_id(warehouse: Path) -> str:
+    with duckdb.connect(str(warehouse), read_only=True) as connection:
+        [(run_id,)] = connection.sql("SELECT dagster_run_id FROM eval_runs").fetchall()
+    return run_id
+
+
+def run_events(environment: dict[str, str], warehouse: Path) -> list:
+    """The Dagster events of the warehouse's run, read from that run's instance."""
+    ref = InstanceRef.from_dir(environment["DAGSTER_HOME"])
+    with dg.DagsterInstance.from_ref(ref) as instance:
+        return [entry for entry in instance.all_logs(dagster_run_id(warehouse))]
+
+
+def celery_workers_used(events: list) -> set[str]:
+    """The worker names of the Celery engine events (``worker1@host``)."""
+    return {
+        entry.dagster_event.event_specific_data.metadata["Celery worker"].value.split("@")[0]
+        for entry in events
+        if entry.dagster_event is not None
+        and "in celery worker" in (entry.dagster_event.message or "")
+    }
+
+
+@pytest.fixture(scope="module")
+def bundled_in_process(tmp_path_factory) -> Path:
+    """The bundled suite's night, in-process, in four shards: what every engine must give."""
+    folder = tmp_path_factory.mktemp("in_process")
+    return nightly(BUNDLED, run_environment(folder, RAG_EVAL_SHARDS=SHARDS))
+
+
+@pytest.fixture(scope="session")
+def generated_suites(tmp_path_factory) -> Path:
+    """A suite registry holding ``generated``: a generated 20,000-document library."""
+    folder = tmp_path_factory.mktemp("generated")
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "generate_library.py"),
+            "--documents",
+            "20000",
+            "--out",
+            str(folder / "library"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    registry = folder / "suites"
+    registry.mkdir()
+    shutil.copy(folder / "library" / "suite.yaml", registry / f"{GENERATED}.yaml")
+    return registry
+
+
+def test_multiprocess_nightly_equals_in_process(bundled_in_process, tmp_path):
+    environment = run_environment(
+        tmp_path, RAG_EVAL_EXECUTOR="multiprocess", RAG_EVAL_SHARDS=SHARDS
+    )
+    warehouse = nightly(BUNDLED, environment)
+    assert warehouse_differences(bundled_in_process, warehouse) == []
+    # Every step ran in a process of its own.
+    pids = {
+        entry.dagster_event.event_specific_data.metadata["pid"].value
+        for entry in run_events(environment, warehouse)
+        if entry.dagster_event is not None
+        and entry.dagster_event.event_type_value == "STEP_WORKER_STARTED"
+    }
+    assert len(pids) > 10
+
+
+@needs_redis
+@needs_postgres
+def test_two_celery_workers_with_postgres_storage_equal_in_process(
+    bundled_in_process, tmp_path, monkeypatch
+):
+    """The multi-worker deployment: Redis, two Celery workers and the Dagster storage in
+    PostgreSQL (every process resolves the password from its own environment)."""
+    monkeypatch.setenv(PG_PASSWORD_ENV, "trust-authentication-ignores-it")
+    environment = run_environment(tmp_path, RAG_EVAL_SHARDS=SHARDS)
+    home = Path(environment["DAGSTER_HOME"])
+    with PostgresServer() as postgres:
+        home.mkdir()
+        (home / "dagster.yaml").write_text(postgres.instance_settings(PG_PASSWORD_ENV))
+        engine = CeleryEngine(workers=2, root=tmp_path / "engine", env=environment)
+        with engine:
+            warehouse = nightly(BUNDLED, {**environment, **engine.environment})
+        assert all(process.poll() is not None for process in engine.started)
+        with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+            assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            run = instance.get_run_by_id(dagster_run_id(warehouse))
+            assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
+        assert celery_workers_used(run_events(environment, warehouse)) == {"worker1", "worker2"}
+    assert postgres.process.poll() is not None
+    assert warehouse_differences(bundled_in_process, warehouse) == []
+
+
+@needs_redis
+def test_two_celery_workers_on_a_generated_20000_document_suite(generated_suites, tmp_path):
+    suites = str(generated_suites)
+    reference = nightly(
+        GENERATED,
+        run_environment(tmp_path / "in_process", RAG_EVAL_SUITES=suites, RAG_EVAL_SHARDS=SHARDS),
+    )
+    environment = run_environment(
+        tmp_path / "celery", RAG_EVAL_SUITES=suites, RAG_EVAL_SHARDS=SHARDS
+    )
+    engine = CeleryEngine(workers=2, root=tmp_path / "engine", env=environment)
+    with engine:
+        warehouse = nightly(GENERATED, {**environment, **engine.environment})
+    assert all(process.poll() is not None for process in engine.started)
+    assert celery_workers_used(run_events(environment, warehouse)) == {"worker1", "worker2"}
+    with duckdb.connect(str(warehouse), read_only=True) as connection:
+        [(items,)] = connection.sql("SELECT count(*) FROM system_calls").fetchall()
+    assert items == 2700
+    assert warehouse_differences(reference, warehouse) == []
+
+
+def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_path):
+    """Shard 1 of 3 fails; re-execution from failure runs that shard (and what waits on it)
+    only: the other shards' Parquet parts are the same files, and the warehouse is the one a run
+    that never failed writes."""
+    flag = tmp_path / "fail-shard-1"
+    flag.touch()
+    warehouse = tmp_path / "sharded" / "rag_eval.duckdb"
+    job = dg.build_reconstructable_job(
+        "rag_eval_pipeline.testing.flaky",
+        "flaky_nightly",
+        reconstructable_kwargs={
+            "suites": str(fixture_suites(library)),
+            "warehouse": str(warehouse),
+            "gates": str(FIXTURE_GATES),
+            "shards": 3,
+            "fail_part": "shard-0001",
+            "fail_while": str(flag),
+        },
+    )
+    key = partition_key(NIGHT, SUITE)
+    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
+    tags["dagster/partition/suite"] = SUITE
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
+        with dg.execute_job(job, instance=instance, tags=tags) as failed:
+            assert not failed.success
+            failed_steps = {e.step_key for e in failed.all_events if e.is_step_failure}
+            assert failed_steps == {"retrieval_run.retrieve_shard[shard_0001]"}
+        parts = warehouse.parent / "store" / "runs"
+        [run_dir] = list(parts.iterdir())
+        results = run_dir / "retrieval_results"
+        before = {p.name: p.stat().st_ino for p in results.iterdir()}
+        assert sorted(before) == ["shard-0000.parquet", "shard-0002.parquet"]
+        flag.unlink()
+        options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)
+        with dg.execute_job(
+            job, instance=instance, tags=tags, reexecution_options=options
+        ) as rerun:
+            assert rerun.success
+            rerun_steps = {e.step_key for e in rerun.all_events if e.is_step_success}
+        after = {p.name: p.stat().st_ino for p in results.iterdir()}
+    assert "retrieval_run.retrieve_shard[shard_0001]" in rerun_steps
+    assert not rerun_steps & {
+        "corpus_snapshot",
+        "golden_set",
+        "retrieval_run.plan_retrieval",
+        "retrieval_run.retrieve_shard[shard_0000]",
+        "retrieval_run.retrieve_shard[shard_0002]",
+    }
+    assert sorted(after) == ["shard-0000.parquet", "shard-0001.parquet", "shard-0002.parquet"]
+    assert {name: after[name] for name in before} == before
+    uninterrupted = tmp_path / "uninterrupted" / "rag_eval.duckdb"
+    assert materialize_night(library, uninterrupted, shards=3).success
+    assert warehouse_differences(uninterrupted, warehouse) == []
+
+
+def test_only_the_summary_step_opens_the_warehouse_for_writing(library, tmp_path, monkeypatch):
+    """Sharded steps and metric steps write the run store; the one write of the warehouse in a
+    night is eval_summary's load (so workers never contend for DuckDB's file lock)."""
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+    writers = []
+    writing = Warehouse.writing
+
+    def recording(self):
+        frames = traceback.extract_stack()
+        writers.append({Path(frame.filename).stem for frame in frames} & DEFINITION_MODULES)
+        return writing(self)
+
+    monkeypatch.setattr(Warehouse, "writing", recording)
+    assert materialize_night(library, tmp_path / "rag_eval.duckdb", shards=3).success
+    assert writers == [{"eval_summary"}]
