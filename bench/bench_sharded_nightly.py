@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RAG_EVAL = str(Path(sys.executable).parent / "rag-eval")
 SUITE = "generated"
 NIGHT = "2026-10-15"
+SNAPSHOT = "2026-10-01"
 GOAL_RATIO = 1.7
 
 
@@ -65,7 +66,8 @@ def suite_registry(folder: Path, library: Path | None, documents: int) -> Path:
 
 
 def start_service(environment: dict, latency_ms: float) -> tuple[subprocess.Popen, str]:
-    command = [RAG_EVAL, "serve-reference", "--suite", SUITE, "--port", "0"]
+    # The snapshot in force on the night (a library may also hold later ones).
+    command = [RAG_EVAL, "serve-reference", "--suite", SUITE, "--snapshot", SNAPSHOT, "--port", "0"]
     service = subprocess.Popen(
         [*command, "--latency-ms", str(latency_ms)],
         cwd=ROOT,

@@ -151,6 +151,26 @@ def test_a_stored_file_edited_in_place_fails_loudly(library):
     )
 
 
+@pytest.mark.parametrize("damage", ["shorter", "same size"])
+def test_a_damaged_stored_object_is_stored_again_from_a_good_copy(library, damage):
+    first = library / "2026-10-01"
+    digest = freeze_snapshot(first)["corpus_digest"]
+    second = writable_copy(first, library / "2026-11-01")
+    manifest = json.loads((first / "manifest.json").read_text())
+    sha256 = manifest["documents"]["STORE-FRIDGE-001@v1"]["sha256"]
+    stored = SnapshotStore.beside(first).object_path(sha256)
+    good = stored.read_bytes()
+    bad = good[:-5] if damage == "shorter" else good[:-5] + b"XXXXX"
+    os.chmod(stored, 0o644)
+    stored.write_bytes(bad)  # in place: the first snapshot's file is this inode too
+    with pytest.warns(UserWarning, match="stored object was damaged; stored again"):
+        freeze_snapshot(second)
+    # The copy's good bytes replaced the damaged object, not the other way round.
+    assert stored.read_bytes() == good
+    assert (second / "documents" / "STORE-FRIDGE-001@v1.md").read_bytes() == good
+    assert load_snapshot(second).corpus_digest == digest
+
+
 def test_a_snapshot_without_documents_loads_from_the_store(library):
     folder = library / "2026-10-01"
     digest = freeze_snapshot(folder)["corpus_digest"]

@@ -33,6 +33,7 @@ read-only files are read-only), edit it, then freeze it.
 """
 
 import hashlib
+import itertools
 import json
 import os
 import stat
@@ -61,8 +62,16 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
+# Temporary names are unique per process (a random prefix drawn once, and the process id, as
+# a forked child keeps the prefix) and per call (a counter): as unique as a fresh ``uuid4`` per
+# file, without drawing one for each of tens of thousands of files.
+_TEMPORARY_PREFIX = uuid.uuid4().hex
+_temporary_numbers = itertools.count()
+
+
 def _temporary(folder: Path | str, name: str) -> str:
-    return os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    unique = f"{_TEMPORARY_PREFIX}-{os.getpid()}-{next(_temporary_numbers)}"
+    return os.path.join(folder, f".{name}.{unique}.tmp")
 
 
 class SnapshotStore:
@@ -166,13 +175,18 @@ class SnapshotStore:
                 existing = None
             if existing is not None and (existing.st_dev, existing.st_ino) == document_file.inode:
                 continue
-            if existing is not None and _read(target) != document_file.content():
+            damaged = existing is not None and (
+                existing.st_size != document_file.size or _read(target) != document_file.content()
+            )
+            if damaged:
                 problems.append(f"{target}: stored object was damaged; stored again")
                 existing = None
             if existing is None:
                 stored += document_file.size
+                # A damaged object is replaced (a hard link cannot replace it: its name is taken).
                 if (
-                    document_file.links == 1
+                    not damaged
+                    and document_file.links == 1
                     and not document_file.symlink
                     and self._adopt(digest, document_file.path)
                 ):
