@@ -66,8 +66,6 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         stage_drift(store, golden.golden_digest, digest, drift)
         drifted = drift.filter(pl.col("drifted"))
         strata = strata_counts(golden.items)
-        no_answer = sum(strata.get(s, 0) for s in NO_ANSWER_STRATA)
-        labelled = ", ".join(sorted(set(golden.items["labelled_against"])))
         yield dg.Output(
             {
                 "golden_set": golden.name,
@@ -85,27 +83,36 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
                 "drifted_items": drifted.height,
             },
         )
-        yield dg.AssetCheckResult(
-            check_name="no_drifted_items",
-            passed=drifted.height == 0,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=(
-                f"{drifted.height} item(s) labelled against {labelled} have an answering passage "
-                f"that is no longer current in {corpus_snapshot['snapshot_id']}: re-label them"
-                if drifted.height
-                else "no drifted items"
-            ),
-            metadata={
-                "drifted_items": drifted.height,
-                "examples": dg.MetadataValue.json(drifted.head(10).to_dicts()),
-            },
-        )
-        yield dg.AssetCheckResult(
-            check_name="no_answer_share",
-            passed=no_answer * 4 >= golden.items.height,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=f"{no_answer} of {golden.items.height} items are no-answer items (want at least a quarter)",
-            metadata={"no_answer_items": no_answer, "items": golden.items.height},
-        )
+        yield from golden_checks(golden.items, drifted, strata, corpus_snapshot["snapshot_id"])
 
     return golden_set
+
+
+def golden_checks(items: pl.DataFrame, drifted: pl.DataFrame, strata: dict, snapshot_id: str):
+    """The two warnings of a golden set: drifted items (to re-label) and too few no-answer items."""
+    labelled = ", ".join(sorted(set(items["labelled_against"])))
+    yield dg.AssetCheckResult(
+        check_name="no_drifted_items",
+        passed=drifted.height == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{drifted.height} item(s) labelled against {labelled} have an answering passage "
+            f"that is no longer current in {snapshot_id}: re-label them"
+            if drifted.height
+            else "no drifted items"
+        ),
+        metadata={
+            "drifted_items": drifted.height,
+            "examples": dg.MetadataValue.json(drifted.head(10).to_dicts()),
+        },
+    )
+    no_answer = sum(strata.get(s, 0) for s in NO_ANSWER_STRATA)
+    yield dg.AssetCheckResult(
+        check_name="no_answer_share",
+        passed=no_answer * 4 >= items.height,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{no_answer} of {items.height} items are no-answer items (want at least a quarter)"
+        ),
+        metadata={"no_answer_items": no_answer, "items": items.height},
+    )

@@ -118,29 +118,14 @@ def finish_retrieval(
     run_dir = store.run_dir(record.eval_run_id)
     results = store.read_table(run_dir, "retrieval_results")
     calls = store.read_table(run_dir, "system_calls")
-    parts = [shard["capture"] for shard in shards if shard["capture"]]
-    capture, capture_digest = None, ""
-    if parts:
-        items = store.read_table(store.golden_dir(record.golden_digest), "golden_items")
-        capture = warehouse_db.capture_path(record.eval_run_id)
-        capture_digest = merge_captures(parts, capture, items.sort("line")["item_id"])
-        note_capture(store, record.eval_run_id, str(capture), capture_digest)
+    capture, capture_digest = merged_capture(store, warehouse_db, record, shards)
     bound = error_bound(calls, system.max_system_error_share())
     yield dg.Output(
         run_handle(record, context.run_id),
         output_name="result",
         metadata={
             **table_metadata(results, "retrieval_results"),
-            "eval_run_id": record.eval_run_id,
-            "dagster_run": run_link(context.run_id),
-            "suite": record.suite,
-            "corpus_digest": record.corpus_digest,
-            "golden_digest": record.golden_digest,
-            "system_id": record.system_id,
-            "system_config": dg.MetadataValue.json(dict(record.system_config)),
-            "system_config_digest": record.system_config_digest,
-            "settings": dg.MetadataValue.json(record.settings.as_dict()),
-            "settings_digest": record.settings.digest,
+            **record_metadata(record, context.run_id),
             "shards": len(shards),
             "items_without_results": calls.height - results["item_id"].n_unique(),
             "system_errors": bound.errors,
@@ -149,7 +134,46 @@ def finish_retrieval(
             "trace_digest": capture_digest,
         },
     )
-    yield dg.AssetCheckResult(
+    yield error_bound_check(bound)
+    if not bound.passed:
+        # The check blocks the graph; failing the step too puts the counts in the run's failure
+        # (the evaluation run is marked failed with this message).
+        where = f"; the capture is {capture}" if capture else ""
+        raise SystemErrorBoundError(bound.message + where)
+
+
+def merged_capture(store, warehouse_db: WarehouseResource, record, shards: list[dict]):
+    """The shards' captures merged into the run's trace file in golden-set order, noted in the
+    run's record: (path, digest), or (None, "") for a system that captures nothing."""
+    parts = [shard["capture"] for shard in shards if shard["capture"]]
+    if not parts:
+        return None, ""
+    items = store.read_table(store.golden_dir(record.golden_digest), "golden_items")
+    capture = warehouse_db.capture_path(record.eval_run_id)
+    capture_digest = merge_captures(parts, capture, items.sort("line")["item_id"])
+    note_capture(store, record.eval_run_id, str(capture), capture_digest)
+    return capture, capture_digest
+
+
+def record_metadata(record, dagster_run_id: str) -> dict:
+    """What the UI shows of the run's identity: its id, run, suite, digests and settings."""
+    return {
+        "eval_run_id": record.eval_run_id,
+        "dagster_run": run_link(dagster_run_id),
+        "suite": record.suite,
+        "corpus_digest": record.corpus_digest,
+        "golden_digest": record.golden_digest,
+        "system_id": record.system_id,
+        "system_config": dg.MetadataValue.json(dict(record.system_config)),
+        "system_config_digest": record.system_config_digest,
+        "settings": dg.MetadataValue.json(record.settings.as_dict()),
+        "settings_digest": record.settings.digest,
+    }
+
+
+def error_bound_check(bound) -> dg.AssetCheckResult:
+    """The system error bound as the blocking check of ``retrieval_run``."""
+    return dg.AssetCheckResult(
         asset_key="retrieval_run",
         check_name=ERROR_BOUND_CHECK,
         passed=bound.passed,
@@ -163,11 +187,6 @@ def finish_retrieval(
             "by_cause": dg.MetadataValue.json(bound.by_cause),
         },
     )
-    if not bound.passed:
-        # The check blocks the graph; failing the step too puts the counts in the run's failure
-        # (the evaluation run is marked failed with this message).
-        where = f"; the capture is {capture}" if capture else ""
-        raise SystemErrorBoundError(bound.message + where)
 
 
 def build_retrieval_run(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
