@@ -49,11 +49,12 @@ def wait_for_port(port: int, *, what: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} in {timeout:.0f} s")
 
 
-def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
-    """SIGTERM the process we started (Celery's warm shutdown), SIGKILL if it lingers."""
+def stop(process: subprocess.Popen, timeout: float = 30.0, signum: int = signal.SIGTERM) -> None:
+    """Send the process we started ``signum`` (SIGTERM: Celery's warm shutdown), SIGKILL if it
+    lingers past ``timeout``."""
     if process.poll() is not None:
         return
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

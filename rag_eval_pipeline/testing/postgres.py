@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from rag_eval_pipeline.testing.engine import free_port, wait_for_port
+from rag_eval_pipeline.testing.engine import free_port, stop, wait_for_port
 
 USER = "dagster"
 DATABASE = "postgres"
@@ -136,13 +136,8 @@ class PostgresServer:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fast shutdown by pid (SIGKILL if it lingers), then the data folder is removed."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            stop(self.process, timeout, signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "PostgresServer":
