@@ -6,8 +6,7 @@ import polars as pl
 from rag_eval_pipeline.defs.metadata import counts, table_metadata
 from rag_eval_pipeline.defs.resources import ShardingResource, SystemResource, WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of, run_handle
-from rag_eval_pipeline.defs.sharding import fan_in, fan_out, sharded_asset, spec_of
-from rag_eval_pipeline.lib.runs.shards import items_of_shard
+from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
 from rag_eval_pipeline.lib.systems.run import generation_results
 
 CITATION_CHECK = "answers_cite_retrieved_passages"
@@ -32,9 +31,7 @@ def generate_shard(shard: dict, system: SystemResource, warehouse_db: WarehouseR
     spec, record = spec_of(shard)
     store = warehouse_db.run_store()
     run_dir = store.run_dir(record.eval_run_id)
-    passages = store.read_table(store.corpus_dir(record.corpus_digest), "corpus_passages")
-    items = store.read_table(store.golden_dir(record.golden_digest), "golden_items").sort("line")
-    mine = items_of_shard(items, spec.shard, spec.shards)
+    passages, mine = shard_inputs(store, spec, record)
     retrieved = store.read_table(run_dir, "retrieval_results").join(
         mine.select("item_id"), on="item_id", how="semi"
     )

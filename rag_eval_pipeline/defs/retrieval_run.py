@@ -19,10 +19,9 @@ from rag_eval_pipeline.defs.resources import (
     SystemResource,
     WarehouseResource,
 )
-from rag_eval_pipeline.defs.sharding import fan_in, fan_out, sharded_asset, spec_of
+from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
 from rag_eval_pipeline.lib.runs.lifecycle import begin_run, note_capture
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, EvalRunRecord, RunRequest
-from rag_eval_pipeline.lib.runs.shards import items_of_shard
 from rag_eval_pipeline.lib.systems.calls import SystemErrorBoundError, error_bound
 from rag_eval_pipeline.lib.systems.capture import merge_captures
 from rag_eval_pipeline.lib.systems.run import captured_traces, retrieval_results, system_calls
@@ -91,9 +90,7 @@ def retrieve_shard(
     spec, record = spec_of(shard)
     store = warehouse_db.run_store()
     run_dir = store.run_dir(record.eval_run_id)
-    passages = store.read_table(store.corpus_dir(record.corpus_digest), "corpus_passages")
-    items = store.read_table(store.golden_dir(record.golden_digest), "golden_items").sort("line")
-    mine = items_of_shard(items, spec.shard, spec.shards)
+    passages, mine = shard_inputs(store, spec, record)
     the_system = system.build(passages, warehouse_db.capture_path(record.eval_run_id, spec.part))
     run_id = pl.lit(record.eval_run_id).alias("eval_run_id")
     results = retrieval_results(the_system, mine, passages, record.settings.retrieval_depth)

@@ -14,7 +14,7 @@ import dagster as dg
 
 from rag_eval_pipeline.defs.metadata import TEAM
 from rag_eval_pipeline.lib.runs.record import EvalRunRecord
-from rag_eval_pipeline.lib.runs.shards import ShardSpec, check_parts
+from rag_eval_pipeline.lib.runs.shards import ShardSpec, check_parts, items_of_shard
 from rag_eval_pipeline.lib.store.run_store import RunStore
 
 
@@ -64,3 +64,11 @@ def fan_in(store: RunStore, shards: list[dict], tables: tuple[str, ...]) -> Eval
     for table in tables:
         check_parts(store.part_names(run_dir, table), spec.shards, str(run_dir / table))
     return record
+
+
+def shard_inputs(store: RunStore, spec: ShardSpec, record: EvalRunRecord):
+    """What a shard step reads: the snapshot's passages and the shard's golden items, in line
+    order."""
+    passages = store.read_table(store.corpus_dir(record.corpus_digest), "corpus_passages")
+    items = store.read_table(store.golden_dir(record.golden_digest), "golden_items").sort("line")
+    return passages, items_of_shard(items, spec.shard, spec.shards)
