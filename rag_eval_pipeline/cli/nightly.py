@@ -17,7 +17,6 @@ import signal
 import socket
 import sys
 import time
-import uuid
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -133,7 +132,6 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
         **(run_config or {}),
         "loggers": loggers | ({"step_progress": {}} if in_process else {}),
     }
-    run_id = str(uuid.uuid4())
     tags = {**(tags or {}), HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
     try:
         with interrupts_stop_the_run():
@@ -144,7 +142,6 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
                     instance=instance,
                     raise_on_error=False,
                     tags=tags,
-                    run_id=run_id,
                 )
             result = execute_on_workers(instance, job_name, key, config, tags)
             print_finished_steps(instance, result.run_id)
@@ -154,7 +151,7 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
         raise ConfigError(f"run configuration of {job_name}: {problems}") from None
     except KeyboardInterrupt as interrupt:
         name = getattr(interrupt, "signal_name", "SIGINT")
-        end_interrupted_run(instance, run_id, f"interrupted by {name}")
+        end_interrupted_runs(instance, tags, f"interrupted by {name}")
         print(f"error: {job_name} interrupted by {name}; the run is marked failed", file=sys.stderr)
         sys.stderr.flush()
         sys.stdout.flush()
@@ -189,34 +186,32 @@ def print_finished_steps(instance, run_id: str) -> None:
     """The progress lines (``defs.progress``) of a finished run, from its event log."""
     import dagster as dg
 
-    from rag_eval_pipeline.defs.progress import step_label
+    from rag_eval_pipeline.defs.progress import progress_line
 
     finished = instance.all_logs(
         run_id, of_type={dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE}
     )
     for entry in sorted(finished, key=lambda entry: entry.timestamp):
-        event = entry.dagster_event
-        step = step_label(event.step_key)
-        if event.is_step_success:
-            seconds = event.event_specific_data.duration_ms / 1000
-            print(f"  {step:<34} {seconds:6.2f} s", file=sys.stderr)
-        else:
-            print(f"  {step:<34} FAILED", file=sys.stderr)
+        print(progress_line(entry.dagster_event), file=sys.stderr)
     sys.stderr.flush()
 
 
-def end_interrupted_run(instance, run_id: str, reason: str) -> None:
-    """Fail an interrupted Dagster run (if Dagster has not) and its evaluation run."""
+def end_interrupted_runs(instance, tags: dict, reason: str) -> None:
+    """Fail the interrupted run of this process (found by its host and pid tags, whichever
+    executor made it; Dagster may have failed it already) and its evaluation run."""
     import dagster as dg
 
-    run = instance.get_run_by_id(run_id)
-    if run is None:
-        return
-    if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING):
-        instance.report_run_failed(run, message=reason)
-    eval_run_id = run.tags.get(EVAL_RUN_TAG)
-    if eval_run_id:
-        project.warehouse_resource().abandon(eval_run_id, reason)
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG
+
+    mine = dg.RunsFilter(tags={HOST_TAG: tags[HOST_TAG], PID_TAG: tags[PID_TAG]})
+    for run in instance.get_runs(filters=mine):
+        if run.status == dg.DagsterRunStatus.SUCCESS:
+            continue
+        if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING):
+            instance.report_run_failed(run, message=reason)
+        eval_run_id = run.tags.get(EVAL_RUN_TAG)
+        if eval_run_id:
+            project.warehouse_resource().abandon(eval_run_id, reason)
 
 
 def step_name(step_key: str) -> str:

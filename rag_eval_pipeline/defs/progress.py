@@ -26,13 +26,16 @@ class StepProgressHandler(logging.Handler):
         event = meta.get("dagster_event")
         if event is None or event.event_type_value not in STEP_EVENTS:
             return
-        step = step_label(event.step_key)
-        if event.event_type_value == "STEP_SUCCESS":
-            seconds = event.event_specific_data.duration_ms / 1000
-            line = f"  {step:<34} {seconds:6.2f} s"
-        else:
-            line = f"  {step:<34} FAILED"
-        print(line, file=sys.stderr, flush=True)
+        print(progress_line(event), file=sys.stderr, flush=True)
+
+
+def progress_line(event: dg.DagsterEvent) -> str:
+    """The line of a finished step (``STEP_SUCCESS`` with its time, or ``STEP_FAILURE``)."""
+    step = step_label(event.step_key)
+    if event.event_type_value == "STEP_SUCCESS":
+        seconds = event.event_specific_data.duration_ms / 1000
+        return f"  {step:<34} {seconds:6.2f} s"
+    return f"  {step:<34} FAILED"
 
 
 @dg.logger(description="One line per finished step with its time, on stderr.")
