@@ -23,6 +23,7 @@ import pytest
 from matplotlib.text import Text
 from PIL import Image
 
+from rag_eval_pipeline.lib import files
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.reporting import charts, report
 
@@ -276,7 +277,8 @@ def test_a_failed_write_leaves_the_previous_report(report_data, rendered, tmp_pa
     def rename_fails(source, destination):
         raise OSError("disk full")
 
-    monkeypatch.setattr(report.os, "replace", rename_fails)
+    # The report is written through lib.files.replaced_atomically: its rename fails.
+    monkeypatch.setattr(files.os, "replace", rename_fails)
     changed = {**report_data, "run": {**report_data["run"], "rebaseline_reason": "changed"}}
     with pytest.raises(OSError, match="disk full"):
         report.write_html_report(changed, target, rendered)

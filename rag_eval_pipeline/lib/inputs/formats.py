@@ -66,6 +66,7 @@ import polars as pl
 import yaml
 
 from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.files import replaced_atomically
 from rag_eval_pipeline.lib.inputs.corpus import (
     DOC_ID_PATTERN,
     freeze_snapshot,
@@ -380,15 +381,8 @@ def read_qrels(path: Path | str) -> pl.DataFrame:
 
 def _atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary file in the same folder, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with replaced_atomically(path) as temporary:
+        temporary.write_text(text, encoding="utf-8", newline="\n")
 
 
 def trec_ranks(run: pl.DataFrame) -> pl.DataFrame:

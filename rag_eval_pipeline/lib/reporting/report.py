@@ -14,14 +14,13 @@ digests show where the numbers stop being comparable.
 """
 
 import html
-import os
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
+from rag_eval_pipeline.lib.files import replaced_atomically
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.metrics.generation import METRIC_ROW_SCHEMA
 from rag_eval_pipeline.lib.reporting import charts
@@ -532,11 +531,6 @@ def write_html_report(
     reader sees the previous page or the new one, never a partial one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with replaced_atomically(path) as temporary:
         temporary.write_text(report_html(data, rendered), encoding="utf-8")
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
     return path

@@ -20,13 +20,12 @@ file and reports these columns as the run's ``system_calls``: replaying a captur
 
 import contextlib
 import json
-import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
+from rag_eval_pipeline.lib.files import replaced_atomically
 from rag_eval_pipeline.lib.inputs.traces import (
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -94,13 +93,8 @@ def capture_row(
 def write_capture(path: Path | str, rows: Sequence[dict]) -> str:
     """Write the capture atomically (a temporary file beside it, then a rename); its SHA-256."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with replaced_atomically(target) as temporary:
         pl.DataFrame(list(rows), schema=CAPTURE_SCHEMA).write_parquet(temporary, statistics=True)
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
     return trace_file_digest(target)
 
 
@@ -181,10 +175,8 @@ def merge_captures(parts: Sequence[str | Path], target: Path, item_order: Sequen
         .sort("position", nulls_last=True, maintain_order=True)
         .drop("position")
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    merged.write_parquet(temporary, statistics=True)
-    os.replace(temporary, target)
+    with replaced_atomically(target) as temporary:
+        merged.write_parquet(temporary, statistics=True)
     for part in parts:
         if Path(part) != target:
             Path(part).unlink(missing_ok=True)
