@@ -15,8 +15,10 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
+# Bytecode is compiled at install: a process that cannot write it (PYTHONDONTWRITEBYTECODE, a
+# read-only image) would otherwise compile dagster from source at every start, about 3 s.
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --all-groups --quiet
+	$(UV) sync --frozen --all-groups --quiet --compile-bytecode
 	touch $@
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
