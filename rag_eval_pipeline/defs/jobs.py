@@ -38,9 +38,13 @@ def chosen_executor(deployment: Deployment) -> dg.ExecutorDefinition:
         return k8s_job_executor
     if deployment.executor == "multiprocess":
         # A forkserver that has imported the definitions once forks each step's process: a
-        # spawned process would import them again, about 6 s per step on two cores.
+        # spawned process would import them again, about 6 s per step on two cores. What the
+        # steps import lazily is preloaded too (``defs.reconstruct.STEP_IMPORTS``).
+        from rag_eval_pipeline.defs.reconstruct import STEP_IMPORTS
+
+        preload = [RECONSTRUCT_MODULE, *STEP_IMPORTS]
         return dg.multiprocess_executor.configured(
-            {"start_method": {"forkserver": {"preload_modules": [RECONSTRUCT_MODULE]}}},
+            {"start_method": {"forkserver": {"preload_modules": preload}}},
             name="multiprocess",
         )
     return dg.in_process_executor

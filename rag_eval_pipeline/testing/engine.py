@@ -26,7 +26,7 @@ REDIS = "redis-server"
 WORKER_CONFIG = """\
 broker_url = {self.broker!r}
 result_backend = {self.backend!r}
-__import__("rag_eval_pipeline.defs.reconstruct")
+__import__("rag_eval_pipeline.defs.reconstruct").defs.reconstruct.preload()
 """
 
 

@@ -17,22 +17,25 @@ figure registry to leak from a long-lived process, no GUI backend, and the calle
 choice is left alone. The output is deterministic: fixed pixel size, Matplotlib's default style
 plus the settings below (whatever the local matplotlibrc says), a deterministic palette
 quantisation and no ``Software`` or date chunk in the PNG, so the same data gives the same bytes.
+Matplotlib and Pillow are imported by the functions that draw, not with the module: a process
+that never draws (the command that starts a night on workers) does not pay half a second for them.
 """
+
+from __future__ import annotations
 
 import base64
 import io
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-from matplotlib import style as mpl_style
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
-from PIL import Image
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 
@@ -89,11 +92,15 @@ STRATUM_WORDS = {
 @contextmanager
 def _style() -> Iterator[None]:
     """Matplotlib's defaults plus ours, so a local matplotlibrc cannot change the bytes."""
+    from matplotlib import style as mpl_style
+
     with mpl_style.context(["default", STYLE]):
         yield
 
 
 def _new_figure() -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, layout="constrained")
     return figure, figure.add_subplot()
 
@@ -105,6 +112,9 @@ def figure_png(figure: Figure) -> bytes:
     Matplotlib's RGBA output (these bytes travel inside Dagster event metadata) and no
     different to the eye: a chart has few colours besides its anti-aliasing. Pillow is
     Matplotlib's own PNG writer, and it adds no date or software chunk."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
     with _style():
         canvas = FigureCanvasAgg(figure)
         canvas.draw()
@@ -391,6 +401,8 @@ def stratum_bars_figure(rows: pl.DataFrame) -> Figure:
         axes.invert_yaxis()
         axes.set_xlim(0, 1.25)
         axes.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+        from matplotlib.ticker import PercentFormatter
+
         axes.xaxis.set_major_formatter(PercentFormatter(1.0))
         axes.grid(axis="y", visible=False)
         _titles(

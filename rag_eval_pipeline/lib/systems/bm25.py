@@ -32,6 +32,7 @@ block of questions at a time (about 8 million floats), so memory is bounded by t
 not by corpus x questions.
 """
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -41,18 +42,26 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 import Stemmer
-from bm25s.tokenization import _infer_stopwords
 
 from rag_eval_pipeline.lib.text import plain_mask
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
-STOP_WORDS = frozenset(_infer_stopwords("en"))
 DEPTH_MARGIN = 16
 DENSE_SHARE = 0.25
 BLOCK_FLOATS = 1 << 23
 CHUNK_BYTES = 8 << 20
 
 _python_tokens = re.compile(TOKEN_PATTERN).findall
+
+
+@functools.cache
+def stop_words() -> frozenset[str]:
+    """bm25s's English stop words, read from bm25s when first needed (importing bm25s costs a
+    process that never ranks, such as the command that starts a night on workers, a third of a
+    second)."""
+    from bm25s.tokenization import _infer_stopwords
+
+    return frozenset(_infer_stopwords("en"))
 
 
 def _stem_map(tokens: Sequence[str], stemmer: Stemmer.Stemmer) -> dict[str, str]:
@@ -62,8 +71,9 @@ def _stem_map(tokens: Sequence[str], stemmer: Stemmer.Stemmer) -> dict[str, str]
 
 def query_tokens(questions: Sequence[str], stemmer: Stemmer.Stemmer) -> list[list[str]]:
     """Each question's stemmed tokens in order, as ``bm25s.tokenize(..., return_ids=False)``."""
+    stop = stop_words()
     split = [
-        [token for token in _python_tokens(question.lower()) if token not in STOP_WORDS]
+        [token for token in _python_tokens(question.lower()) if token not in stop]
         for question in questions
     ]
     stems = _stem_map([token for tokens in split for token in tokens], stemmer)
@@ -127,9 +137,9 @@ class _Vocabulary:
         distinct = tokens["token"].unique()
         words = distinct.cast(pl.String).to_list()
         new = [word for word in words if word not in self.words]
+        stop = stop_words()
         for word, stem in zip(new, self.stemmer.stemWords(new), strict=True):
-            stop = word in STOP_WORDS
-            self.words[word] = -1 if stop else self.stems.setdefault(stem, len(self.stems))
+            self.words[word] = -1 if word in stop else self.stems.setdefault(stem, len(self.stems))
         by_code = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
         by_code[distinct.to_physical().to_numpy()] = [self.words[word] for word in words]
         ids = by_code[codes]
