@@ -58,3 +58,16 @@ def sql_statements(name: str) -> list[str]:
 def query_frame(connection, query: str, parameters: dict | list | None = None):
     """Run a query with bound parameters and return a Polars frame."""
     return connection.sql(query, params=parameters).pl()
+
+
+class ArrowStream:
+    """A Polars frame seen only through the Arrow C stream interface (``__arrow_c_stream__``),
+    for ``connection.register``: DuckDB scans its columns (string views included) without the
+    copy ``DataFrame.to_arrow()`` makes and without pyarrow or NumPy being imported. A stream is
+    scanned once: register it for one statement."""
+
+    def __init__(self, frame) -> None:
+        self.frame = frame
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self.frame.__arrow_c_stream__(requested_schema)

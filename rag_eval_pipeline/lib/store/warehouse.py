@@ -31,7 +31,7 @@ import duckdb
 import polars as pl
 from filelock import FileLock
 
-from rag_eval_pipeline.lib.store.sql import query_frame, sql_query, sql_statements
+from rag_eval_pipeline.lib.store.sql import ArrowStream, query_frame, sql_query, sql_statements
 from rag_eval_pipeline.lib.store.tables import SCOPE_COLUMNS, TABLES, VIEWS, conform
 
 LOCK_TIMEOUT_S = 1800.0
@@ -127,7 +127,7 @@ def replace_rows(
     try:
         connection.execute(f'DELETE FROM "{table}" WHERE {where}', scope)
         if rows.height:
-            connection.register("incoming_rows", rows.to_arrow())
+            connection.register("incoming_rows", ArrowStream(rows))
             connection.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM incoming_rows')
             connection.unregister("incoming_rows")
         connection.execute("COMMIT")
