@@ -20,8 +20,11 @@ import duckdb
 import pytest
 from dagster._core.instance.ref import InstanceRef
 
+from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.partitions import SUITE as SUITE_DIMENSION
 from rag_eval_pipeline.defs.partitions import partition_key
+from rag_eval_pipeline.lib.deployment import CELERY_QUEUE_TAG, Deployment
+from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.testing.engine import REDIS, CeleryEngine
 from rag_eval_pipeline.testing.postgres import PostgresServer, postgres_bin
 from rag_eval_pipeline.testing.warehouses import warehouse_differences
@@ -89,14 +92,21 @@ def run_events(environment: dict[str, str], warehouse: Path) -> list:
         return [entry for entry in instance.all_logs(dagster_run_id(warehouse))]
 
 
-def celery_workers_used(events: list) -> set[str]:
-    """The worker names of the Celery engine events (``worker1@host``)."""
+def step_workers(events: list) -> dict[str, str]:
+    """The Celery worker each step ran on, by step key."""
     return {
-        entry.dagster_event.event_specific_data.metadata["Celery worker"].value.split("@")[0]
+        entry.dagster_event.step_key: entry.dagster_event.event_specific_data.metadata[
+            "Celery worker"
+        ].value.split("@")[0]
         for entry in events
         if entry.dagster_event is not None
         and "in celery worker" in (entry.dagster_event.message or "")
     }
+
+
+def celery_workers_used(events: list) -> set[str]:
+    """The worker names of the Celery engine events (``worker1``)."""
+    return set(step_workers(events).values())
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +139,29 @@ def generated_suites(tmp_path_factory) -> Path:
     return registry
 
 
+def test_only_the_warehouse_writers_go_to_the_warehouse_queue():
+    with pytest.raises(ConfigError, match=r"RAG_EVAL_WAREHOUSE_QUEUE=.warehouse.*celery"):
+        Deployment.from_environment({"RAG_EVAL_WAREHOUSE_QUEUE": "warehouse"})
+    deployment = Deployment.from_environment(
+        {
+            "RAG_EVAL_EXECUTOR": "celery",
+            "RAG_EVAL_CELERY_BROKER": "redis://127.0.0.1:1/0",
+            "RAG_EVAL_WAREHOUSE_QUEUE": "warehouse",
+        }
+    )
+    definitions = build_definitions(deployment)
+    queues = {
+        op.name: op.tags.get(CELERY_QUEUE_TAG)
+        for job in ("nightly_eval", "run_comparison_job")
+        for op in definitions.resolve_job_def(job).graph.iterate_op_defs()
+    }
+    assert {name for name, queue in queues.items() if queue == "warehouse"} == {
+        "eval_summary",
+        "run_comparison",
+    }
+    assert {queue for queue in queues.values()} == {"warehouse", None}
+
+
 def test_multiprocess_nightly_equals_in_process(bundled_in_process, tmp_path):
     environment = run_environment(
         tmp_path, RAG_EVAL_EXECUTOR="multiprocess", RAG_EVAL_SHARDS=SHARDS
@@ -151,14 +184,23 @@ def test_two_celery_workers_with_postgres_storage_equal_in_process(
     bundled_in_process, tmp_path, monkeypatch
 ):
     """The multi-worker deployment: Redis, two Celery workers and the Dagster storage in
-    PostgreSQL (every process resolves the password from its own environment)."""
+    PostgreSQL (every process resolves the password from its own environment). worker1 consumes
+    only the warehouse queue, as a worker beside the warehouse file may: the summary step runs
+    there and nowhere else, every other step on worker2."""
     monkeypatch.setenv(PG_PASSWORD_ENV, "trust-authentication-ignores-it")
-    environment = run_environment(tmp_path, RAG_EVAL_SHARDS=SHARDS)
+    environment = run_environment(
+        tmp_path, RAG_EVAL_SHARDS=SHARDS, RAG_EVAL_WAREHOUSE_QUEUE="warehouse"
+    )
     home = Path(environment["DAGSTER_HOME"])
     with PostgresServer() as postgres:
         home.mkdir()
         (home / "dagster.yaml").write_text(postgres.instance_settings(PG_PASSWORD_ENV))
-        engine = CeleryEngine(workers=2, root=tmp_path / "engine", env=environment)
+        engine = CeleryEngine(
+            workers=2,
+            root=tmp_path / "engine",
+            env=environment,
+            queues=("warehouse", "dagster"),
+        )
         with engine:
             warehouse = nightly(BUNDLED, {**environment, **engine.environment})
         assert all(process.poll() is not None for process in engine.started)
@@ -166,7 +208,9 @@ def test_two_celery_workers_with_postgres_storage_equal_in_process(
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
             run = instance.get_run_by_id(dagster_run_id(warehouse))
             assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
-        assert celery_workers_used(run_events(environment, warehouse)) == {"worker1", "worker2"}
+        workers = step_workers(run_events(environment, warehouse))
+        assert workers.pop("eval_summary") == "worker1"
+        assert len(workers) > 10 and set(workers.values()) == {"worker2"}
     assert postgres.process.poll() is not None
     assert warehouse_differences(bundled_in_process, warehouse) == []
 

@@ -39,9 +39,12 @@ from rag_eval_pipeline.lib.runs.gates import GateSet, read_gates
 
 
 def build_evaluation_assets(
-    partitions: dg.PartitionsDefinition, gates: GateSet
+    partitions: dg.PartitionsDefinition,
+    gates: GateSet,
+    writer_tags: Mapping[str, str] | None = None,
 ) -> list[dg.AssetsDefinition]:
-    """The nightly graph: inputs, system runs, judging, metric tables, summary."""
+    """The nightly graph: inputs, system runs, judging, metric tables, summary (the one step
+    that writes the warehouse, with ``writer_tags``: ``Deployment.warehouse_writer_tags``)."""
     return [
         build_corpus_snapshot(partitions),
         build_golden_set(partitions),
@@ -52,7 +55,7 @@ def build_evaluation_assets(
         build_generation_metrics(partitions),
         build_judge_calibration(partitions),
         build_claim_diagnostics(partitions),
-        build_eval_summary(partitions, gates),
+        build_eval_summary(partitions, gates, writer_tags),
     ]
 
 
@@ -92,10 +95,11 @@ def build_definitions(
     partitions = nightly_partitions(deployment.timezone)
     gates = read_gates(deployment.gates_file)
     nightly_eval, rebaseline, run_comparison_job = build_jobs(partitions, deployment)
+    writer_tags = deployment.warehouse_writer_tags
     return dg.Definitions(
         assets=[
-            *build_evaluation_assets(partitions, gates),
-            build_run_comparison(partitions, gates),
+            *build_evaluation_assets(partitions, gates, writer_tags),
+            build_run_comparison(partitions, gates, writer_tags),
         ],
         jobs=[nightly_eval, rebaseline, run_comparison_job],
         schedules=[build_nightly_schedule(nightly_eval, deployment.timezone, deployment.suites)],

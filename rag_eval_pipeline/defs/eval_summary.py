@@ -6,6 +6,8 @@ a failing gate fails the Dagster run (red in the UI, seen by run-status sensors)
 and the report are written, and the comparison guard still compares the run.
 """
 
+from collections.abc import Mapping
+
 import dagster as dg
 import polars as pl
 
@@ -74,7 +76,11 @@ def gate_check(result: GateResult) -> dg.AssetCheckResult:
     )
 
 
-def build_eval_summary(partitions: dg.PartitionsDefinition, gates: GateSet) -> dg.AssetsDefinition:
+def build_eval_summary(
+    partitions: dg.PartitionsDefinition,
+    gates: GateSet,
+    writer_tags: Mapping[str, str] | None = None,
+) -> dg.AssetsDefinition:
     metric_gates = gates.metric_gates
 
     @evaluation_asset(
@@ -83,6 +89,7 @@ def build_eval_summary(partitions: dg.PartitionsDefinition, gates: GateSet) -> d
         group="metrics",
         kinds={"duckdb"},
         code_version="eval-summary-v3",
+        op_tags=dict(writer_tags or {}),
         check_specs=[
             dg.AssetCheckSpec(
                 f"gate_{gate.name}", asset="eval_summary", description=describe(gate), blocking=True

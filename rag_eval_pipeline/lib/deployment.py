@@ -4,6 +4,7 @@
 |---|---|---|
 | ``RAG_EVAL_TIMEZONE`` | time zone of the nights and of the 02:00 schedule | ``UTC`` |
 | ``RAG_EVAL_EXECUTOR`` | executor of the evaluation jobs (``in_process``, ``multiprocess``, ``celery`` with ``RAG_EVAL_CELERY_BROKER`` and ``RAG_EVAL_CELERY_BACKEND``, ``k8s``) | ``in_process`` |
+| ``RAG_EVAL_WAREHOUSE_QUEUE`` | with ``celery``: the queue of the steps that write the warehouse (``eval_summary``, ``run_comparison``), so they run on the worker beside the warehouse file (``docs/SCALING.md``) | the default queue |
 | ``RAG_EVAL_SHARDS`` | shards the per-item work is split into (``docs/SCALING.md``) | ``1`` |
 | ``RAG_EVAL_SYSTEM`` | system under test (``reference``; ``replay`` with ``RAG_EVAL_TRACES``; ``http`` with ``RAG_EVAL_SYSTEM_URL`` and, for a bearer token, ``RAG_EVAL_SYSTEM_KEY_ENV`` naming its variable) | ``reference`` |
 | ``RAG_EVAL_JUDGE`` | judge (``deterministic``; ``llm`` with ``RAG_EVAL_JUDGE_BASE_URL``, ``RAG_EVAL_JUDGE_MODEL``, ``RAG_EVAL_JUDGE_KEY_ENV``) | ``deterministic`` |
@@ -24,6 +25,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.paths import packaged_path, project_path
 
+# dagster-celery sends a step to the queue its op tag names (``dagster_celery.tags``).
+CELERY_QUEUE_TAG = "dagster-celery/queue"
 EXECUTORS = ("in_process", "multiprocess", "celery", "k8s")
 SYSTEMS = ("reference", "replay", "http")
 JUDGES = ("deterministic", "llm")
@@ -51,6 +54,12 @@ class Deployment:
     shards: int = 1
     celery_broker: str = ""
     celery_backend: str = ""
+    warehouse_queue: str = ""
+
+    @property
+    def warehouse_writer_tags(self) -> dict[str, str]:
+        """Op tags of the steps that write the warehouse: their Celery queue, when one is set."""
+        return {CELERY_QUEUE_TAG: self.warehouse_queue} if self.warehouse_queue else {}
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str]) -> "Deployment":
@@ -79,6 +88,12 @@ class Deployment:
         if not shards.isdigit() or not 1 <= int(shards) <= 4096:
             raise ConfigError(f"RAG_EVAL_SHARDS={shards!r}; expected a whole number from 1 to 4096")
         judge = choice("RAG_EVAL_JUDGE", JUDGES, "deterministic")
+        queue = environment.get("RAG_EVAL_WAREHOUSE_QUEUE") or ""
+        if queue and executor != "celery":
+            raise ConfigError(
+                f"RAG_EVAL_WAREHOUSE_QUEUE={queue!r} names a Celery queue; it needs "
+                f"RAG_EVAL_EXECUTOR=celery, not {executor}"
+            )
         return cls(
             timezone=timezone,
             executor=executor,
@@ -87,6 +102,7 @@ class Deployment:
             if executor == "celery"
             else "",
             celery_backend=environment.get("RAG_EVAL_CELERY_BACKEND") or "",
+            warehouse_queue=queue,
             system=system,
             traces=required("RAG_EVAL_TRACES", "RAG_EVAL_SYSTEM=replay")
             if system == "replay"

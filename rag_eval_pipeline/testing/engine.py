@@ -23,6 +23,7 @@ REDIS = "redis-server"
 # dagster-celery's app reads this module when a worker starts. Importing the definitions there
 # (before the pool forks) saves each worker's first step about 6 s of imports; ``__import__``
 # binds no name, so nothing but the two settings reaches Celery's configuration.
+DEFAULT_QUEUE = "dagster"
 WORKER_CONFIG = """\
 broker_url = {self.broker!r}
 result_backend = {self.backend!r}
@@ -63,13 +64,26 @@ def stop(process: subprocess.Popen, timeout: float = 30.0, signum: int = signal.
 
 
 class CeleryEngine:
-    """Redis plus ``workers`` Celery workers, as separate processes on 127.0.0.1."""
+    """Redis plus ``workers`` Celery workers, as separate processes on 127.0.0.1.
+
+    ``queues`` gives the queues each worker consumes, one comma-separated entry per worker
+    (``("dagster,warehouse", "dagster")``); by default every worker consumes dagster-celery's
+    ``dagster`` queue."""
 
     def __init__(
-        self, *, workers: int = 2, root: Path, concurrency: int = 1, env: dict | None = None
+        self,
+        *,
+        workers: int = 2,
+        root: Path,
+        concurrency: int = 1,
+        env: dict | None = None,
+        queues: tuple[str, ...] = (),
     ):
         if shutil.which(REDIS) is None:
             raise RuntimeError(f"{REDIS} is not installed (apt-get install redis-server)")
+        if queues and len(queues) != workers:
+            raise ValueError(f"{len(queues)} queue entries for {workers} workers")
+        self.queues = queues or (DEFAULT_QUEUE,) * workers
         self.workers = workers
         self.concurrency = concurrency
         self.root = Path(root)
@@ -151,6 +165,8 @@ class CeleryEngine:
                     "--without-heartbeat",
                     "--loglevel",
                     "INFO",
+                    "-Q",
+                    self.queues[index - 1],
                 ],
                 env=env,
                 cwd=self.root,
