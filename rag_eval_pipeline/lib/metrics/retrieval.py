@@ -22,10 +22,14 @@ superseded version at grade 1 is not a hit; only a judged passage can be relevan
 Score ties: score descending, then passage id descending (trec_eval). Queries with no relevant
 passage are excluded from every mean and reported as ``excluded``.
 
-Speed: the SQL ranks only the rows that can reach the largest cut-off (every row scoring at least
-the max(k)-th best score of its query, so tied rows at the boundary are all ranked) and ranks the
-whole run only when AP or RR without a cut-off is asked for. ``bench/bench_retrieval_metrics.py``
-measures it against ranx and pytrec_eval on 100,000 queries x 100 results.
+Speed: the run is read once as a whole, by ``top_rows`` (a numeric top-n aggregate: the row
+numbers of each query's max(k) + 1 highest scores, grouped by a number per query when the run
+lists each query's rows together); Polars gathers those rows and orders score ties by doc id
+exactly (only for the few queries that have one; a tie across the last listed row fetches every
+row at that score), and ``measures`` joins that short list with the qrels. The whole run is
+ranked again only for AP or RR without a cut-off (the rank of each relevant row below max(k)).
+``bench/bench_retrieval_metrics.py`` measures it against ranx and pytrec_eval on 100,000
+queries x 100 results.
 """
 
 import re
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 import duckdb
 import polars as pl
 
-from rag_eval_pipeline.lib.store.sql import load_sql, query_frame
+from rag_eval_pipeline.lib.store.sql import ArrowStream, load_sql, query_frame, sql_query
 
 PROPORTION = "proportion"
 MEAN = "mean"
@@ -72,6 +76,7 @@ DEFAULT_MEASURES = ("Success@5", "R@5", "P@5", "RR@5", "nDCG@5", "nDCG@10", "nDC
 
 RUN_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "score": pl.Float64}
 QRELS_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "grade": pl.Int64}
+VALUES_SCHEMA = {"query_id": pl.String, "measure": pl.String, "k": pl.Int32, "value": pl.Float64}
 
 
 def parse_measure(measure: str) -> tuple[str, int | None]:
@@ -93,17 +98,87 @@ def measure_label(name: str, k: int | None) -> str:
     return name if k is None else f"{name}@{k}"
 
 
-class ArrowStream:
-    """A Polars frame seen only through the Arrow C stream interface (``__arrow_c_stream__``):
-    DuckDB scans its columns (string views included) without copying them and without pyarrow
-    or NumPy being imported, which a command that only scores a run file would otherwise pay
-    for at start-up."""
+def _query_groups(query_id: pl.Series) -> pl.Series:
+    """What ``top_rows`` groups the run by: a number per stretch of rows of one query when each
+    query's rows are contiguous (a TREC run is written query by query; numbers group about
+    twice as fast as strings), else the query id itself."""
+    stretch = query_id.rle_id()
+    firsts = query_id.filter(stretch.ne_missing(stretch.shift()))
+    return stretch if firsts.n_unique() == firsts.len() else query_id
 
-    def __init__(self, frame: pl.DataFrame) -> None:
-        self.frame = frame
 
-    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
-        return self.frame.__arrow_c_stream__(requested_schema)
+def _exact_ranks(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (``group, query_id, doc_id, score``) ranked in trec_eval's order within each group:
+    score descending, then doc id descending (``score + 0.0`` makes -0.0 tie with 0.0, as the
+    comparison of trec_eval does)."""
+    return rows.sort(
+        [pl.col("group"), pl.col("score") + 0.0, pl.col("doc_id")],
+        descending=[False, True, True],
+    ).with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("group"))
+
+
+def _ranked_top(
+    connection: duckdb.DuckDBPyConnection, run: pl.DataFrame, cutoff: int
+) -> pl.DataFrame:
+    """Each query's first ``cutoff`` rows in trec_eval's order: ``query_id, doc_id, rank``.
+
+    ``top_rows`` (SQL) lists the row numbers of each query's ``cutoff + 1`` highest scores, in
+    descending score order; where a query's listed scores strictly decrease, the list order is
+    trec_eval's order. A query with a tie among them (or listed out of order) has those rows
+    sorted by score and doc id; when the tie reaches the last listed row it may hold rows that
+    did not fit, so every row of that query at that score is fetched and ranked too."""
+    depth = cutoff + 1
+    top = pl.DataFrame(
+        connection.sql(sql_query("retrieval_per_query", "top_rows"), params={"depth": depth}),
+        schema={"rows": pl.List(pl.Int64)},
+    )
+    listed = (
+        top.with_row_index("group")
+        .select(
+            "group",
+            "rows",
+            pl.int_ranges(1, pl.col("rows").list.len() + 1, dtype=pl.Int64).alias("rank"),
+        )
+        .explode("rows", "rank")
+        .drop_nulls("rows")
+    )
+    columns = run.select("query_id", "doc_id", "score")
+    ranked = pl.concat(
+        [listed.select("group", "rank"), columns.gather(listed["rows"])], how="horizontal"
+    )
+    group, score = pl.col("group"), pl.col("score")
+    unsettled = ranked.filter((group == group.shift()) & (score >= score.shift()))["group"]
+    if unsettled.len():
+        unsettled = unsettled.unique().implode()
+        exact = _exact_ranks(ranked.filter(group.is_in(unsettled)).drop("rank"))
+        boundary = exact.filter((pl.col("rank") == depth) & (score == score.shift())).select(
+            "group", "query_id", threshold="score"
+        )
+        if boundary.height:
+            at_threshold = (
+                columns.filter(
+                    score.is_between(boundary["threshold"].min(), boundary["threshold"].max())
+                )
+                .join(boundary, on="query_id")
+                .filter(score == pl.col("threshold"))
+            )
+            above = exact.join(boundary.select("group", "threshold"), on="group").filter(
+                score > pl.col("threshold")
+            )
+            widened = _exact_ranks(
+                pl.concat(
+                    [
+                        frame.select("group", "query_id", "doc_id", "score")
+                        for frame in (above, at_threshold)
+                    ]
+                )
+            )
+            exact = pl.concat(
+                [exact.filter(~group.is_in(boundary["group"].implode())), widened],
+                how="diagonal",
+            )
+        ranked = pl.concat([ranked.filter(~group.is_in(unsettled)), exact.select(ranked.columns)])
+    return ranked.filter(pl.col("rank") <= cutoff).select("query_id", "doc_id", "rank")
 
 
 def per_query(
@@ -113,49 +188,50 @@ def per_query(
     *,
     rel_level: int = 2,
     complete: bool = True,
-    connection: duckdb.DuckDBPyConnection | None = None,
 ) -> pl.DataFrame:
     """Per-query values: ``query_id, measure, k, value`` for the requested measures, sorted.
 
     ``run`` has ``query_id, doc_id, score`` (each pair once, scores not null and not NaN);
     ``qrels`` has ``query_id, doc_id, grade``. ``complete`` scores a query that has a relevant
     passage but retrieved nothing as 0 (trec_eval ``-c``); otherwise it is left out.
+
+    The kernel runs in a private in-memory DuckDB database with the ``settings`` of
+    ``sql/retrieval_per_query.sql`` (the build_side_probe_side optimizer off: DuckDB sees the
+    frames as Arrow streams without row counts and would build a join's hash table on the whole
+    run; every join there has its small side on the right). Those settings are global to a
+    database, so no other connection ever sees them.
     """
-    wanted = {parse_measure(m) for m in measures}
+    wanted = sorted({parse_measure(m) for m in measures}, key=lambda p: (p[0], p[1] or 0))
     ks = sorted({k for _, k in wanted if k is not None}) or [1]
     run = run.select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
     qrels = qrels.select(list(QRELS_SCHEMA)).cast(QRELS_SCHEMA)
     if run["score"].null_count() or run["score"].is_nan().any():
         raise ValueError("run scores must be numbers: found a null or NaN score")
-    con = connection or duckdb.connect()
+    con = duckdb.connect()
     try:
-        con.register("run", ArrowStream(run))
+        con.execute(sql_query("retrieval_per_query", "settings"))
+        numbered = run.with_columns(
+            row=pl.int_range(pl.len(), dtype=pl.Int64), query_group=_query_groups(run["query_id"])
+        )
+        con.register("run", ArrowStream(numbered))
         con.register("qrels", ArrowStream(qrels))
-        values = pl.DataFrame(
+        con.register("ranked", ArrowStream(_ranked_top(con, run, max(ks))))
+        return pl.DataFrame(
             con.sql(
-                load_sql("retrieval_per_query"),
+                sql_query("retrieval_per_query", "measures"),
                 params={
                     "rel_level": rel_level,
                     "ks": ks,
                     "complete": complete,
                     "need_uncut": any(k is None for _, k in wanted),
+                    "measures": [name for name, _ in wanted],
+                    "measure_ks": [k for _, k in wanted],
                 },
-            )
+            ),
+            schema=VALUES_SCHEMA,
         )
     finally:
-        con.unregister("run")
-        con.unregister("qrels")
-        if connection is None:
-            con.close()
-    keys = pl.DataFrame(
-        [{"measure": name, "k": k} for name, k in sorted(wanted, key=lambda p: (p[0], p[1] or 0))],
-        schema={"measure": pl.String, "k": pl.Int32},
-    )
-    return (
-        values.with_columns(pl.col("k").cast(pl.Int32))
-        .join(keys, on=["measure", "k"], how="semi", nulls_equal=True)
-        .sort("query_id", "measure", "k")
-    )
+        con.close()
 
 
 def excluded_queries(qrels: pl.DataFrame, *, rel_level: int = 2) -> list[str]:

@@ -63,8 +63,8 @@ def query_frame(connection, query: str, parameters: dict | list | None = None):
 class ArrowStream:
     """A Polars frame seen only through the Arrow C stream interface (``__arrow_c_stream__``),
     for ``connection.register``: DuckDB scans its columns (string views included) without the
-    copy ``DataFrame.to_arrow()`` makes and without pyarrow or NumPy being imported. A stream is
-    scanned once: register it for one statement."""
+    copy ``DataFrame.to_arrow()`` makes and without pyarrow or NumPy being imported. Each scan
+    asks for a new stream, so a registered frame can be read by several statements."""
 
     def __init__(self, frame) -> None:
         self.frame = frame
