@@ -163,11 +163,24 @@ def test_only_the_warehouse_writers_go_to_the_warehouse_queue():
 
 
 def test_multiprocess_nightly_equals_in_process(bundled_in_process, tmp_path):
+    """A process per step, the hand-offs kept in an IO store outside ``DAGSTER_HOME`` (what
+    steps that share no disk, Kubernetes pods, need): Dagster's own storage holds none."""
+    io_store = tmp_path / "io"
     environment = run_environment(
-        tmp_path, RAG_EVAL_EXECUTOR="multiprocess", RAG_EVAL_SHARDS=SHARDS
+        tmp_path,
+        RAG_EVAL_EXECUTOR="multiprocess",
+        RAG_EVAL_SHARDS=SHARDS,
+        RAG_EVAL_IO_STORE=str(io_store),
     )
     warehouse = nightly(BUNDLED, environment)
     assert warehouse_differences(bundled_in_process, warehouse) == []
+    handed_off = {path.relative_to(io_store).parts[0] for path in io_store.rglob("*.pickle")}
+    assert {"retrieval_run", "generation_run", "judge_sample", "eval_summary"} <= handed_off
+    assert dagster_run_id(warehouse) in handed_off  # the plan ops' shard outputs
+    storage = Path(environment["DAGSTER_HOME"]) / "storage"
+    assert not [
+        path for path in storage.rglob("*") if path.is_file() and "compute_logs" not in path.parts
+    ]
     # Every step ran in a process of its own.
     pids = {
         entry.dagster_event.event_specific_data.metadata["pid"].value

@@ -27,6 +27,7 @@ from rag_eval_pipeline.defs.resources import (
     LLMJudgeResource,
     ReferenceSystemResource,
     ReplaySystemResource,
+    RunStoreIOManager,
     ShardingResource,
     SuiteRegistryResource,
     WarehouseResource,
@@ -78,7 +79,9 @@ def build_resources(deployment: Deployment) -> dict:
         if deployment.judge == "llm"
         else DeterministicJudgeResource()
     )
+    hand_offs = {"io_manager": RunStoreIOManager(base=deployment.io_store)}
     return {
+        **(hand_offs if deployment.io_store else {}),
         "settings": EvalSettings(),
         "suites": SuiteRegistryResource(path=deployment.suites),
         "system": system,

@@ -1,4 +1,5 @@
-"""Resources: suites, run settings, the warehouse and run store, the system under test, the judge.
+"""Resources: suites, run settings, the warehouse and run store, the system under test, the judge,
+and the IO manager for steps that share no disk.
 
 The system under test and the judge are abstract resources with real and replay implementations
 (``SystemResource``: the reference system, a trace replay, a live service over HTTP;
@@ -6,6 +7,8 @@ The system under test and the judge are abstract resources with real and replay 
 implementation plugs in without touching the assets.
 """
 
+import os
+import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -350,3 +353,36 @@ class LLMJudgeResource(JudgeResource):
             "temperature": self.temperature or 0,
             "json_mode": True,
         }
+
+
+class _PickledUPathIOManager(dg.UPathIOManager):
+    extension = ".pickle"
+
+    def dump_to_path(self, context, obj, path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with temporary.open("wb") as handle:
+            pickle.dump(obj, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        temporary.rename(path)
+
+    def load_from_path(self, context, path):
+        with path.open("rb") as handle:
+            return pickle.load(handle)
+
+
+class RunStoreIOManager(dg.ConfigurableIOManagerFactory):
+    """The steps' hand-offs (small run handles, never the data: that is in the run store's
+    Parquet) kept at ``base``, a path or an fsspec URL (``s3://bucket/rag-eval/io``), for
+    deployments whose steps share no disk: on Kubernetes each step is a pod, and Dagster's
+    default IO manager would keep a step's output in that pod's own ``DAGSTER_HOME/storage``.
+    Asset outputs go under ``<base>/<asset>/<partition>``, op outputs under
+    ``<base>/<run id>/<step>/<output>``, as Dagster's own file IO manager lays them out; each is
+    written to a temporary name and renamed."""
+
+    base: str
+
+    def create_io_manager(self, context) -> dg.UPathIOManager:
+        from upath import UPath
+
+        base = UPath(self.base) if "://" in self.base else UPath(project_path(self.base))
+        return _PickledUPathIOManager(base_path=base)

@@ -10,6 +10,7 @@
 | ``RAG_EVAL_JUDGE`` | judge (``deterministic``; ``llm`` with ``RAG_EVAL_JUDGE_BASE_URL``, ``RAG_EVAL_JUDGE_MODEL``, ``RAG_EVAL_JUDGE_KEY_ENV``) | ``deterministic`` |
 | ``RAG_EVAL_WAREHOUSE`` | the published warehouse file | ``warehouse/rag_eval.duckdb`` |
 | ``RAG_EVAL_RUN_STORE`` | the run store (path or fsspec URL) | ``<warehouse folder>/store`` |
+| ``RAG_EVAL_IO_STORE`` | where the steps' hand-offs are kept (path or fsspec URL) when the steps share no disk, as on Kubernetes (``docs/SCALING.md``) | Dagster's ``DAGSTER_HOME/storage`` |
 | ``RAG_EVAL_SUITES`` | the folder of suite files | ``suites`` |
 | ``RAG_EVAL_GATES`` | the release gates file | ``gates/release_gates.yaml`` |
 
@@ -49,6 +50,7 @@ class Deployment:
     judge_key_env: str = "OPENAI_API_KEY"
     warehouse: str = "warehouse/rag_eval.duckdb"
     run_store: str = ""
+    io_store: str = ""
     suites: str = "suites"
     gates: str = ""
     shards: int = 1
@@ -121,6 +123,7 @@ class Deployment:
             judge_key_env=environment.get("RAG_EVAL_JUDGE_KEY_ENV") or "OPENAI_API_KEY",
             warehouse=environment.get("RAG_EVAL_WAREHOUSE") or "warehouse/rag_eval.duckdb",
             run_store=environment.get("RAG_EVAL_RUN_STORE") or "",
+            io_store=environment.get("RAG_EVAL_IO_STORE") or "",
             suites=environment.get("RAG_EVAL_SUITES") or "suites",
             gates=environment.get("RAG_EVAL_GATES") or "",
         )
