@@ -9,6 +9,7 @@ does not pay for importing what every step needs.
 
 import importlib
 import os
+import warnings
 
 import dagster as dg
 
@@ -17,7 +18,9 @@ from rag_eval_pipeline.lib.deployment import Deployment
 
 
 def evaluation_job(job_name: str) -> dg.JobDefinition:
-    """The job ``job_name`` of the definitions this environment builds."""
+    """The job ``job_name`` of the definitions this environment builds. A step process says
+    nothing of Dagster's beta markers (``Output(data_version=...)``), as ``rag-eval`` does not."""
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
     return build_definitions(Deployment.from_environment(os.environ)).resolve_job_def(job_name)
 
 
