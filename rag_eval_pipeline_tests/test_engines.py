@@ -23,6 +23,7 @@ from dagster._core.instance.ref import InstanceRef
 from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.partitions import SUITE as SUITE_DIMENSION
 from rag_eval_pipeline.defs.partitions import partition_key
+from rag_eval_pipeline.defs.reconstruct import STEP_IMPORTS, preload
 from rag_eval_pipeline.lib.deployment import CELERY_QUEUE_TAG, Deployment
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.testing.engine import REDIS, CeleryEngine
@@ -137,6 +138,19 @@ def generated_suites(tmp_path_factory) -> Path:
     registry.mkdir()
     shutil.copy(folder / "library" / "suite.yaml", registry / f"{GENERATED}.yaml")
     return registry
+
+
+def test_a_worker_preloads_the_instance_storage_it_will_open(tmp_path, monkeypatch):
+    """What a worker imports before forking: the storage modules of ``DAGSTER_HOME``'s
+    instance when it exists, and the steps' lazy imports; a home not created yet is no error."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "not-yet"))
+    assert preload() == sorted(STEP_IMPORTS)
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    modules = preload()
+    assert set(STEP_IMPORTS) < set(modules)
+    assert "dagster._core.storage.runs" in modules
+    assert all(module in sys.modules for module in modules)
 
 
 def test_only_the_warehouse_writers_go_to_the_warehouse_queue():

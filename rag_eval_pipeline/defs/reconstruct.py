@@ -52,7 +52,8 @@ def preload() -> list[str]:
 
     modules = set(STEP_IMPORTS)
     home = os.environ.get("DAGSTER_HOME")
-    if home:
+    # A worker may start before the first night creates DAGSTER_HOME: nothing to read yet.
+    if home and os.path.isdir(home):
         ref = InstanceRef.from_dir(home)
         modules |= {
             value.module_name
