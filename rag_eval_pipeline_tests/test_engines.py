@@ -19,11 +19,13 @@ import dagster as dg
 import duckdb
 import pytest
 from dagster._core.instance.ref import InstanceRef
+from upath import UPath
 
 from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.partitions import SUITE as SUITE_DIMENSION
 from rag_eval_pipeline.defs.partitions import partition_key
 from rag_eval_pipeline.defs.reconstruct import STEP_IMPORTS, preload
+from rag_eval_pipeline.defs.resources import RunStoreIOManager
 from rag_eval_pipeline.lib.deployment import CELERY_QUEUE_TAG, Deployment
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.testing.engine import REDIS, CeleryEngine
@@ -151,9 +153,15 @@ def test_a_worker_preloads_the_instance_storage_it_will_open(tmp_path, monkeypat
     assert set(STEP_IMPORTS) < set(modules)
     assert "dagster._core.storage.runs" in modules
     assert all(module in sys.modules for module in modules)
+    # A run launcher this worker has no package for is not its business (Dagster loads it
+    # only where runs are launched): the worker still starts.
+    (tmp_path / "home" / "dagster.yaml").write_text(
+        "run_launcher:\n  module: rag_eval_no_such_launcher\n  class: Launcher\n"
+    )
+    assert "rag_eval_no_such_launcher" not in preload()
 
 
-def test_only_the_warehouse_writers_go_to_the_warehouse_queue():
+def test_only_the_warehouse_writer_goes_to_the_warehouse_queue():
     with pytest.raises(ConfigError, match=r"RAG_EVAL_WAREHOUSE_QUEUE=.warehouse.*celery"):
         Deployment.from_environment({"RAG_EVAL_WAREHOUSE_QUEUE": "warehouse"})
     deployment = Deployment.from_environment(
@@ -169,11 +177,64 @@ def test_only_the_warehouse_writers_go_to_the_warehouse_queue():
         for job in ("nightly_eval", "run_comparison_job")
         for op in definitions.resolve_job_def(job).graph.iterate_op_defs()
     }
-    assert {name for name, queue in queues.items() if queue == "warehouse"} == {
-        "eval_summary",
-        "run_comparison",
-    }
+    # run_comparison_job runs in-process wherever it is launched (docs/SCALING.md).
+    assert {name for name, queue in queues.items() if queue == "warehouse"} == {"eval_summary"}
     assert {queue for queue in queues.values()} == {"warehouse", None}
+
+
+def test_hand_offs_on_an_object_store_load_back_for_one_asset_alone():
+    """``RunStoreIOManager`` on an fsspec store (``memory://``, as ``s3://`` in production):
+    partitioned asset outputs and a graph's dynamic shard outputs (step keys with brackets,
+    which fsspec's move would glob) are written at their names and load back, also when one
+    asset is materialized alone from its stored inputs."""
+    partitions = dg.MultiPartitionsDefinition(
+        {
+            "night": dg.DailyPartitionsDefinition(start_date="2026-10-01", end_offset=1),
+            "suite": dg.DynamicPartitionsDefinition(name="suite"),
+        }
+    )
+
+    @dg.asset(partitions_def=partitions)
+    def handle(context: dg.AssetExecutionContext) -> dict:
+        return {"key": context.partition_key, "shards": 3}
+
+    @dg.op(out=dg.DynamicOut(int))
+    def plan(handle: dict):
+        for shard in range(handle["shards"]):
+            yield dg.DynamicOutput(shard, mapping_key=f"shard_{shard:04d}")
+
+    @dg.op
+    def per_shard(shard: int) -> int:
+        return shard * 10
+
+    @dg.op
+    def gather(values: list[int]) -> list[int]:
+        return sorted(values)
+
+    @dg.graph_asset(partitions_def=partitions)
+    def sharded(handle: dict) -> list[int]:
+        return gather(plan(handle).map(per_shard).collect())
+
+    @dg.asset(partitions_def=partitions)
+    def summary(sharded: list[int], handle: dict) -> dict:
+        return {"values": sharded, "key": handle["key"]}
+
+    base = f"memory://hand-offs-{os.getpid()}"
+    resources = {"io_manager": RunStoreIOManager(base=base)}
+    key = partition_key(NIGHT, "procedures.v2")
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("suite", ["procedures.v2"])
+        assets = [handle, sharded, summary]
+        whole = dg.materialize(assets, partition_key=key, instance=instance, resources=resources)
+        alone = dg.materialize(
+            assets, selection=["summary"], partition_key=key, instance=instance, resources=resources
+        )
+    expected = {"values": [0, 10, 20], "key": key}
+    assert whole.output_for_node("summary") == expected
+    assert alone.output_for_node("summary") == expected
+    stored = [str(path) for path in UPath(base).rglob("*.pickle")]
+    assert any("per_shard[shard_0002]" in path for path in stored)
+    assert any(path.endswith(f"summary/{NIGHT}/procedures.v2.pickle") for path in stored)
 
 
 def test_multiprocess_nightly_equals_in_process(bundled_in_process, tmp_path):

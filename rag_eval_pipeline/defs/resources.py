@@ -7,8 +7,8 @@ The system under test and the judge are abstract resources with real and replay 
 implementation plugs in without touching the assets.
 """
 
-import os
 import pickle
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -357,17 +357,22 @@ class LLMJudgeResource(JudgeResource):
 
 class _PickledUPathIOManager(dg.UPathIOManager):
     extension = ".pickle"
+    # Local paths: written to a temporary name and renamed over. An object store's PUT is
+    # atomic already, and fsspec's move there is a copy that globs its path, which a step key's
+    # brackets (``retrieve_shard[shard_0001]``) break: the object is written at its name.
+    LOCAL_PROTOCOLS = ("", "file", "local")
 
     def dump_to_path(self, context, obj, path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with temporary.open("wb") as handle:
-            pickle.dump(obj, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        temporary.rename(path)
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        if path.protocol not in self.LOCAL_PROTOCOLS:
+            path.write_bytes(data)
+            return
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        temporary.write_bytes(data)
+        temporary.replace(path)
 
     def load_from_path(self, context, path):
-        with path.open("rb") as handle:
-            return pickle.load(handle)
+        return pickle.loads(path.read_bytes())
 
 
 class RunStoreIOManager(dg.ConfigurableIOManagerFactory):
