@@ -17,7 +17,7 @@ $(UV):
 
 # Bytecode is compiled at install: a process that cannot write it (PYTHONDONTWRITEBYTECODE, a
 # read-only image) would otherwise compile dagster from source at every start, about 3 s.
-$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock Makefile
 	$(UV) sync --frozen --all-groups --quiet --compile-bytecode
 	touch $@
 

@@ -102,7 +102,7 @@ def build_definitions(
     return dg.Definitions(
         assets=[
             *build_evaluation_assets(partitions, gates, writer_tags),
-            build_run_comparison(partitions, gates, writer_tags),
+            build_run_comparison(partitions, gates),
         ],
         jobs=[nightly_eval, rebaseline, run_comparison_job],
         schedules=[build_nightly_schedule(nightly_eval, deployment.timezone, deployment.suites)],

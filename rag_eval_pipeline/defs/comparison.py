@@ -5,8 +5,6 @@ The comparison guard (``defs.sensors``) requests it only for comparable runs; a 
 materialization across snapshots is blocked by ``comparable_with_baseline`` too.
 """
 
-from collections.abc import Mapping
-
 import dagster as dg
 
 from rag_eval_pipeline.defs.metadata import (
@@ -32,9 +30,7 @@ class ComparisonConfig(dg.Config):
 
 
 def build_run_comparison(
-    partitions: dg.PartitionsDefinition,
-    gates: GateSet,
-    writer_tags: Mapping[str, str] | None = None,
+    partitions: dg.PartitionsDefinition, gates: GateSet
 ) -> dg.AssetsDefinition:
     alpha = gates.regression_alpha
 
@@ -44,7 +40,6 @@ def build_run_comparison(
         group="comparison",
         kinds={"duckdb"},
         code_version="run-comparison-v2",
-        op_tags=dict(writer_tags or {}),
         deps=["eval_summary"],
         check_specs=[
             dg.AssetCheckSpec(
