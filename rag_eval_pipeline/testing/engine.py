@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 REDIS = "redis-server"
+DEFAULT_QUEUE = "dagster"
 # dagster-celery's app reads this module when a worker starts. Importing the definitions there
 # (before the pool forks) saves each worker's first step about 6 s of imports; ``__import__``
 # binds no name, so nothing but the two settings reaches Celery's configuration.
-DEFAULT_QUEUE = "dagster"
 WORKER_CONFIG = """\
 broker_url = {self.broker!r}
 result_backend = {self.backend!r}
@@ -63,7 +63,29 @@ def stop(process: subprocess.Popen, timeout: float = 30.0, signum: int = signal.
         process.wait(timeout=10)
 
 
-class CeleryEngine:
+class StartedProcesses:
+    """A ``with`` block around ``start()`` and ``stop()`` (each subclass defines them): what did
+    start is stopped on the way out, also when ``start`` itself fails part way, since
+    ``__exit__`` does not run when ``__enter__`` raises."""
+
+    def start(self):
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class CeleryEngine(StartedProcesses):
     """Redis plus ``workers`` Celery workers, as separate processes on 127.0.0.1.
 
     ``queues`` gives the queues each worker consumes, one comma-separated entry per worker
@@ -202,14 +224,3 @@ class CeleryEngine:
         for process in reversed(self.processes):
             stop(process)
         self.processes.clear()
-
-    def __enter__(self) -> "CeleryEngine":
-        try:
-            return self.start()
-        except BaseException:
-            # __exit__ does not run when __enter__ raises: stop what did start.
-            self.stop()
-            raise
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from rag_eval_pipeline.testing.engine import free_port, stop, wait_for_port
+from rag_eval_pipeline.testing.engine import StartedProcesses, free_port, stop, wait_for_port
 
 USER = "dagster"
 DATABASE = "postgres"
@@ -37,7 +37,7 @@ def postgres_bin() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
-class PostgresServer:
+class PostgresServer(StartedProcesses):
     """One PostgreSQL server on 127.0.0.1, with a data folder of its own."""
 
     def __init__(self, bin_dir: Path | None = None):
@@ -139,14 +139,3 @@ class PostgresServer:
         if self.process is not None:
             stop(self.process, timeout, signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> "PostgresServer":
-        try:
-            return self.start()
-        except BaseException:
-            # __exit__ does not run when __enter__ raises: stop what did start.
-            self.stop()
-            raise
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
