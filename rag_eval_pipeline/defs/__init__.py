@@ -79,9 +79,10 @@ def build_resources(deployment: Deployment) -> dict:
         if deployment.judge == "llm"
         else DeterministicJudgeResource()
     )
-    hand_offs = {"io_manager": RunStoreIOManager(base=deployment.io_store)}
+    io_store = deployment.io_store
+    hand_offs = {"io_manager": RunStoreIOManager(base=io_store)} if io_store else {}
     return {
-        **(hand_offs if deployment.io_store else {}),
+        **hand_offs,
         "settings": EvalSettings(),
         "suites": SuiteRegistryResource(path=deployment.suites),
         "system": system,

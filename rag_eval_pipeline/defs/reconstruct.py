@@ -57,13 +57,11 @@ def preload() -> list[str]:
     # A worker may start before the first night creates DAGSTER_HOME: nothing to read yet.
     if home and os.path.isdir(home):
         ref = InstanceRef.from_dir(home)
-        modules |= {
-            value.module_name
-            for field in ref._fields
-            if "storage" in field or field == "compute_logs_data"
-            for value in [getattr(ref, field)]
-            if isinstance(value, ConfigurableClassData)
-        }
+        for field in ref._fields:
+            value = getattr(ref, field)
+            storage = "storage" in field or field == "compute_logs_data"
+            if storage and isinstance(value, ConfigurableClassData):
+                modules.add(value.module_name)
     for module in sorted(modules):
         importlib.import_module(module)
     return sorted(modules)

@@ -381,8 +381,8 @@ class RunStoreIOManager(dg.ConfigurableIOManagerFactory):
     deployments whose steps share no disk: on Kubernetes each step is a pod, and Dagster's
     default IO manager would keep a step's output in that pod's own ``DAGSTER_HOME/storage``.
     Asset outputs go under ``<base>/<asset>/<partition>``, op outputs under
-    ``<base>/<run id>/<step>/<output>``, as Dagster's own file IO manager lays them out; each is
-    written to a temporary name and renamed."""
+    ``<base>/<run id>/<step>/<output>``, as Dagster's own file IO manager lays them out; a local
+    one is written to a temporary name and renamed over, an object store's in one PUT."""
 
     base: str
 
