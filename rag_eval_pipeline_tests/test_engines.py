@@ -182,6 +182,19 @@ def test_only_the_warehouse_writer_goes_to_the_warehouse_queue():
     assert {queue for queue in queues.values()} == {"warehouse", None}
 
 
+@pytest.mark.parametrize("variable", ["RAG_EVAL_IO_STORE", "RAG_EVAL_RUN_STORE"])
+def test_a_store_url_without_its_fsspec_driver_is_refused_before_the_night(variable):
+    with pytest.raises(ConfigError, match=rf"{variable}='nosuch://bucket/x': no fsspec driver"):
+        Deployment.from_environment({variable: "nosuch://bucket/x"})
+    assert (
+        getattr(
+            Deployment.from_environment({variable: "memory://bucket/x"}),
+            variable.removeprefix("RAG_EVAL_").lower(),
+        )
+        == "memory://bucket/x"
+    )
+
+
 def test_hand_offs_on_an_object_store_load_back_for_one_asset_alone():
     """``RunStoreIOManager`` on an fsspec store (``memory://``, as ``s3://`` in production):
     partitioned asset outputs and a graph's dynamic shard outputs (step keys with brackets,

@@ -122,8 +122,8 @@ class Deployment:
             else "",
             judge_key_env=environment.get("RAG_EVAL_JUDGE_KEY_ENV") or "OPENAI_API_KEY",
             warehouse=environment.get("RAG_EVAL_WAREHOUSE") or "warehouse/rag_eval.duckdb",
-            run_store=environment.get("RAG_EVAL_RUN_STORE") or "",
-            io_store=environment.get("RAG_EVAL_IO_STORE") or "",
+            run_store=store_location(environment, "RAG_EVAL_RUN_STORE"),
+            io_store=store_location(environment, "RAG_EVAL_IO_STORE"),
             suites=environment.get("RAG_EVAL_SUITES") or "suites",
             gates=environment.get("RAG_EVAL_GATES") or "",
         )
@@ -135,3 +135,21 @@ class Deployment:
             return project_path(self.gates)
         in_project = project_path(DEFAULT_GATES)
         return in_project if in_project.is_file() else packaged_path(DEFAULT_GATES)
+
+
+def store_location(environment: Mapping[str, str], variable: str) -> str:
+    """A store's path or fsspec URL from ``variable``; a URL whose protocol has no fsspec driver
+    here (``s3://`` without ``s3fs``) is refused now, naming the variable, rather than at the
+    night's first write."""
+    value = environment.get(variable) or ""
+    if "://" in value:
+        import fsspec
+
+        protocol = value.split("://", 1)[0]
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except (ImportError, ValueError) as error:
+            raise ConfigError(
+                f"{variable}={value!r}: no fsspec driver for {protocol!r} here ({error})"
+            ) from None
+    return value
