@@ -187,6 +187,8 @@ def test_import_rejects_bad_beir_input(tmp_path):
     ("arguments", "message"),
     [
         (["nightly", "--partition", "2026-13-45"], "'2026-13-45' is not a date (YYYY-MM-DD)"),
+        (["nightly", "--partition", "2026-09-30"], "2026-09-30: no such night; nights run from"),
+        (["nightly", "--partition", "2999-01-01"], "2999-01-01: no such night; nights run from"),
         (["nightly", "--config", "no/such/run.yaml"], "no/such/run.yaml: run configuration file"),
         (["nightly", "--suite", "no-such-suite"], "no suite named 'no-such-suite'"),
         (["nightly", "--suite", "Bad Name"], "--suite 'Bad Name': use lowercase letters"),

@@ -278,7 +278,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from rag_eval_pipeline.defs import build_definitions
-    from rag_eval_pipeline.defs.partitions import SUITE, partition_key
+    from rag_eval_pipeline.defs.partitions import SUITE, check_night, partition_key
     from rag_eval_pipeline.defs.sensors import fail_abandoned_runs, guard_requests
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
     from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
@@ -293,6 +293,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     run_config = read_run_config(args.config)
     preflight(run_config, suite, args.config)
     night = args.partition or dt.datetime.now(ZoneInfo(deployment.timezone)).date().isoformat()
+    check_night(night, deployment.timezone)
     defs = build_definitions(deployment)
     project.dagster_home()
     instance = dg.DagsterInstance.get()

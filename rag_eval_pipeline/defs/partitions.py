@@ -8,6 +8,8 @@ run (``rag-eval nightly --suite``) or scheduled, without reloading the code loca
 
 import dagster as dg
 
+from rag_eval_pipeline.lib.errors import ConfigError
+
 NIGHT = "night"
 SUITE = "suite"
 FIRST_NIGHT = "2026-10-01"
@@ -25,6 +27,19 @@ def nightly_partitions(timezone: str) -> dg.MultiPartitionsDefinition:
             SUITE: suite_partitions,
         }
     )
+
+
+def check_night(night: str, timezone: str, option: str = "--partition") -> str:
+    """``night`` if it is a night of the partitions (from ``FIRST_NIGHT`` to today in
+    ``timezone``), else a ``ConfigError`` naming the option and the nights there are."""
+    nights = nightly_partitions(timezone).get_partitions_def_for_dimension(NIGHT)
+    keys = nights.get_partition_keys()
+    if night not in keys:
+        raise ConfigError(
+            f"{option} {night}: no such night; nights run from {keys[0]} to {keys[-1]} "
+            f"(today in {timezone})"
+        )
+    return night
 
 
 def partition_key(night: str, suite: str) -> str:
