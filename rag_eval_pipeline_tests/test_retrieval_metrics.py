@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 import pytrec_eval
 
+from rag_eval_pipeline.lib.metrics import retrieval
 from rag_eval_pipeline.lib.metrics.retrieval import per_query
 
 CUTOFFS = (1, 3, 10, 40)
@@ -126,6 +127,28 @@ def test_equals_pytrec_eval_per_query_on_random_runs(seed, rel_level):
             assert ours[query, "RR", k] == pytest.approx(truncated, abs=1e-12)
     assert len(scored) > 150
     assert compared == len(scored) * len(TREC_NAMES)
+
+
+@pytest.mark.parametrize("layout", ["query by query", "shuffled", "small blocks"])
+def test_both_top_n_paths_equal_pytrec_eval(layout, monkeypatch):
+    """A run listed query by query is ranked by NumPy (``_listed_in_stretches``), a shuffled one
+    by SQL (``top_rows``); small blocks make NumPy gather stretches that are not adjacent (its
+    stretches of one length are interleaved with others) and split a length over blocks. Cut-offs
+    up to 10 make the top-n depth 11, so queries have fewer rows than that (taken whole) and
+    more (partitioned)."""
+    measures = [m for m in EVERY_MEASURE if "@" not in m or int(m.split("@")[1]) <= 10]
+    run, qrels = random_collection(4, queries=400)
+    if layout == "shuffled":
+        run = run.sample(fraction=1.0, shuffle=True, seed=5)
+    if layout == "small blocks":
+        monkeypatch.setattr(retrieval, "BLOCK_SCORES", 64)
+    assert (retrieval._stretches(run["query_id"]) is None) == (layout == "shuffled")
+    values = per_query(run, qrels, measures, rel_level=1, complete=False)
+    reference = pytrec_values(run, qrels, 1)
+    for query, measure, k, value in values.iter_rows():
+        if (measure, k) in TREC_NAMES:
+            assert value == pytest.approx(reference[query][TREC_NAMES[measure, k]], abs=1e-12)
+    assert values["query_id"].n_unique() > 200
 
 
 @pytest.mark.parametrize("seed", [1, 2])

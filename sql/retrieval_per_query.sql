@@ -1,7 +1,7 @@
 -- Per-query retrieval measures, long format: one row per (query_id, measure, k).
--- Relations: run(query_id, doc_id, score, row, query_group) (row: its row number; query_group:
--- one value per query), qrels(query_id, doc_id, grade), and for the second query
--- ranked(query_id, doc_id, rank), each query's first max(k) rows in trec_eval's order.
+-- Relations: run(query_id, doc_id, score, row) (row: its row number), qrels(query_id, doc_id,
+-- grade), and for the second query ranked(query_id, doc_id, rank), each query's first max(k)
+-- rows in trec_eval's order.
 -- Parameters: $rel_level (grade counted relevant), $ks (cut-offs, at least one), $complete (score
 -- queries that have relevant passages but no retrieved row as 0, like trec_eval -c),
 -- $need_uncut (compute AP and RR without a cut-off; they need the rank of every relevant row),
@@ -16,22 +16,23 @@
 -- Queries with no passage at or above $rel_level are not scored here (the caller counts them).
 --
 -- Speed and memory: the run is never sorted, exploded or held at once, and no string is compared
--- per run row beyond grouping by query. top_rows is the one pass over the whole run: a numeric
--- top-n aggregate keeps, per query, the positions (`row`, the run's row number) of its
--- max(k) + 1 highest scores; it costs about what max(score, n) does, where ordering by the
--- (score, doc_id) struct cost four times as much. The caller (retrieval.per_query) gathers those
--- rows and settles the order within a score tie by doc id, exactly, on the few queries that have
--- one (the (max(k) + 1)-th row tells whether a tie crosses the boundary; then every row at that
--- score is fetched), and registers the result as `ranked`. measures then joins `ranked` with the
--- qrels: only judged passages can add gain or relevance, so no other row is needed.
+-- per run row beyond grouping by query. The caller (retrieval.per_query) finds, per query, the
+-- positions (the run's row numbers) of its max(k) + 1 highest scores: with NumPy when the run
+-- lists each query's rows together (as a TREC run does), else with top_rows, a numeric top-n
+-- aggregate grouped by query id (it costs about what max(score, n) does, where ordering by the
+-- (score, doc_id) struct cost four times as much). The caller gathers those rows and settles the
+-- order within a score tie by doc id, exactly, on the few queries that have one (the
+-- (max(k) + 1)-th row tells whether a tie crosses the boundary; then every row at that score is
+-- fetched), and registers the result as `ranked`. measures then joins `ranked` with the qrels:
+-- only judged passages can add gain or relevance, so no other row is needed.
 -- AP and RR without a cut-off also need the rank of every relevant retrieved row below max(k):
 -- it is counted (1 + the rows of its query ranked above it) while the run streams past the
 -- relevant rows.
--- Where the time goes (100,000 queries x 100 rows, cut-off 10, both cores): top_rows about
--- 0.22 s (grouping 10,000,000 rows; by a query string instead of a number 0.1 s more; a BIGINT
--- `row` is aggregated faster than a UINTEGER one), the gather and tie step about 0.07 s, measures
--- about 0.2 s (the join of 1,000,000 listed rows with the qrels is the largest part, then the
--- qrels aggregate). The kernel's private database runs with the build_side_probe_side optimizer
+-- Where the time goes (100,000 queries x 100 rows, cut-off 10, both cores): the top-n about
+-- 0.1 s with NumPy (top_rows about 0.3 s grouping 10,000,000 rows by query id; a BIGINT `row` is
+-- aggregated faster than a UINTEGER one), the gather and tie step about 0.07 s, measures about
+-- 0.2 s (the qrels aggregate and the join of 1,000,000 listed rows with the qrels are the
+-- largest parts). The kernel's private database runs with the build_side_probe_side optimizer
 -- disabled (`settings`): DuckDB sees the frames as Arrow streams without row counts, and every
 -- join below is written with its small side on the right (the build side).
 
@@ -41,7 +42,7 @@ SET disabled_optimizers = 'build_side_probe_side'
 -- name: top_rows
 SELECT max_by(row, score, $depth) AS rows
 FROM run
-GROUP BY query_group
+GROUP BY query_id
 
 -- name: measures
 -- Per query: its relevant passages, and its max(k) highest positive grades (the ideal order).
