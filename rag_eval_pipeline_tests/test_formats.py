@@ -624,3 +624,97 @@ def test_the_fast_run_reader_agrees_with_the_line_by_line_reader(tmp_path, text,
     fast = outcome()
     monkeypatch.setattr(formats, "_whitespace_table", lambda *args, **kwargs: None)
     assert fast == outcome()
+
+
+def run_lines(queries: int, docs: int) -> list[str]:
+    return [
+        f"q{query} Q0 d{doc} {doc + 1} {docs - doc}.25 tag"
+        for query in range(queries)
+        for doc in range(docs)
+    ]
+
+
+def fast_run_table(path: Path) -> pl.DataFrame | None:
+    """What the fast run reader makes of the file (None: it leaves it to the line reader)."""
+    return formats._whitespace_table(
+        path, formats.RUN_COLUMNS, ("query_id", "doc_id", "score"), {"score": pl.Float64}
+    )
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 20, 100, 1 << 20])
+@pytest.mark.parametrize(
+    ("line_end", "final_line_end"),
+    [("\n", "\n"), ("\r\n", "\r\n"), ("\n", ""), ("\r\n", "")],
+)
+def test_a_run_read_in_pieces_is_the_run_read_whole(
+    tmp_path, monkeypatch, piece_bytes, line_end, final_line_end
+):
+    """The fast reader takes the file in line-aligned pieces: lines cut across a piece
+    boundary, CRLF line ends, a BOM and a missing final line end read as they do in one piece,
+    and the fast reader (not the line-by-line one) takes them."""
+    lines = run_lines(3, 7)
+    lines[5] = lines[5].replace(" ", "\t")
+    path = tmp_path / "run.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + (line_end.join(lines) + final_line_end).encode())
+    monkeypatch.setattr(formats, "PIECE_BYTES", piece_bytes)
+    expected = [(f"q{q}", f"d{d}", 7 - d + 0.25) for q in range(3) for d in range(7)]
+    assert read_trec_run(path).rows() == expected
+    table = fast_run_table(path)
+    assert table is not None and table.n_chunks("all") == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("line", "bad", "message"),
+    [
+        (30, "q9 Q0 d9 1 2.5", ":30: found 5 fields, expected 6 (qid Q0 docno rank score tag)"),
+        (31, "q9 Q0 d9 1 high tag", ":31: score 'high' is not a finite number"),
+        (32, "q9 Q0 d9 1 inf tag", ":32: score 'inf' is not a finite number"),
+        (
+            33,
+            "q0 Q0 d1 9 0.5 tag",
+            ":33: duplicate document for query (q0, d1), first given on line 2",
+        ),
+    ],
+)
+def test_an_error_in_a_later_piece_names_its_line_in_the_file(
+    tmp_path, monkeypatch, line, bad, message
+):
+    lines = run_lines(5, 8)
+    lines[line - 1] = bad
+    path = write(tmp_path / "run.txt", "\n".join(lines) + "\n")
+    monkeypatch.setattr(formats, "PIECE_BYTES", 64)
+    assert fast_run_table(path) is None
+    with pytest.raises(FormatError) as error:
+        read_trec_run(path)
+    assert str(error.value) == f"{path}{message}"
+
+
+def test_qrels_read_in_pieces_keep_their_line_numbers(tmp_path, monkeypatch):
+    judgements = [f"q{n // 4} 0 d{n % 4} {n % 3}" for n in range(40)]
+    path = write(tmp_path / "qrels.txt", "\r\n".join(judgements))
+    monkeypatch.setattr(formats, "PIECE_BYTES", 30)
+    assert read_trec_qrels(path).rows() == [(f"q{n // 4}", f"d{n % 4}", n % 3) for n in range(40)]
+    assert formats._trec_qrels_lines(path)["line"].to_list() == list(range(1, 41))
+    judgements[36] = "q0 0 d2 1"
+    write(path, "\n".join(judgements) + "\n")
+    with pytest.raises(FormatError) as error:
+        read_trec_qrels(path)
+    assert str(error.value) == (
+        f"{path}:37: duplicate judgement for query and document (q0, d2), first given on line 3"
+    )
+    judgements[36] = "q9 0 d2 1.5"
+    write(path, "\n".join(judgements) + "\n")
+    with pytest.raises(FormatError, match=r":37: grade '1.5' is not an integer$"):
+        read_trec_qrels(path)
+
+
+def test_colliding_pair_hashes_are_settled_by_the_pairs(tmp_path, monkeypatch):
+    """Distinct pairs whose hashes collide are still read by the fast reader; a repeated pair
+    among them is still refused."""
+    lines = run_lines(2, 3)
+    path = write(tmp_path / "run.txt", "\n".join(lines) + "\n")
+    monkeypatch.setattr(formats, "_PAIR_HASH", pl.repeat(7, pl.len(), dtype=pl.UInt64))
+    monkeypatch.setattr(formats, "PIECE_BYTES", 40)
+    assert fast_run_table(path).height == 6
+    write(path, "\n".join([*lines, lines[0]]) + "\n")
+    assert fast_run_table(path) is None

@@ -58,7 +58,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +87,11 @@ QUERY_SCHEMA = {"query_id": pl.String, "text": pl.String}
 QRELS_LINES_SCHEMA = {**QRELS_SCHEMA, "line": pl.Int64}
 RUN_COLUMNS = ("query_id", "iteration", "doc_id", "rank", "score", "tag")
 UTF8_BOM = b"\xef\xbb\xbf"
+# The fast readers parse a file in line-aligned pieces of about this many bytes: small pieces
+# keep the parse's scratch memory small (4 MB pieces left about 25 MB more of it in the
+# allocator's pools, 1 MB pieces cost no measurable time).
+PIECE_BYTES = 1 << 20
+_PAIR_HASH = pl.struct("query_id", "doc_id").hash()
 # White space other than spaces, tabs and line ends (as UTF-8): a file with any is read line by
 # line, where it separates fields as trec_eval's reader would.
 _OTHER_WHITE_SPACE = tuple(
@@ -147,17 +152,73 @@ def _read_text(path: Path) -> str:
         raise _fail(path, f"not UTF-8 text ({exc.reason} at byte {offset})") from None
 
 
-def _whitespace_table(
-    path: Path, columns: Sequence[str], keep: Sequence[str], *, numbered: bool = False
-) -> pl.DataFrame | None:
-    """The ``keep`` columns (strings) of the file, read by Polars' CSV reader, when every
-    non-blank line has exactly ``len(columns)`` fields separated by spaces or tabs and the file
-    is UTF-8; None otherwise (the caller then reads it line by line, which names the bad line).
-    ``numbered``: the rows must be the file's lines one for one (no blank line), so a row's
-    position is its line number.
+def _line_pieces(path: Path, size: int) -> Iterator[bytes]:
+    """The file's bytes without a UTF-8 byte order mark, as whole lines: pieces of about
+    ``size`` bytes (longer when a line is), each ending just after a line end, except the last
+    when the file does not end with one. Joined, the pieces are the file."""
+    if not path.is_file():
+        raise _fail(path, "file does not exist")
+    with path.open("rb") as handle:
+        rest = handle.read(len(UTF8_BOM))
+        if rest == UTF8_BOM:
+            rest = b""
+        while block := handle.read(size):
+            piece = rest + block
+            end = piece.rfind(b"\n") + 1
+            if end:
+                yield piece[:end]
+            rest = piece[end:]
+        if rest:
+            yield rest
 
-    Fields are what ``_split_lines`` finds (runs of non-white-space), so both readers agree."""
-    data = _read_bytes(path)
+
+def _whitespace_table(
+    path: Path,
+    columns: Sequence[str],
+    keep: Sequence[str],
+    numbers: Mapping[str, type[pl.DataType]],
+    *,
+    numbered: bool = False,
+) -> pl.DataFrame | None:
+    """The ``keep`` columns of the file, read by Polars' CSV reader, when every non-blank line
+    has exactly ``len(columns)`` fields separated by spaces or tabs, the file is UTF-8, every
+    value of a column in ``numbers`` casts to its numeric type (a float also finite) and no
+    ``(query_id, doc_id)`` pair repeats; None otherwise (the caller then reads it line by line,
+    which names the bad line). Columns not in ``numbers`` are strings. ``numbered``: the rows
+    must be the file's lines one for one (no blank line), so a row's position is its line
+    number.
+
+    The file is read in line-aligned pieces of ``PIECE_BYTES`` (``_line_pieces``), each parsed,
+    checked and hashed on its own, so the whole file's bytes are never held, and its parse is
+    only ever one piece's. Fields are what ``_split_lines`` finds (runs of non-white-space), so
+    both readers agree."""
+    tables, hashes = [], []
+    for piece in _line_pieces(path, PIECE_BYTES):
+        table = _whitespace_piece(piece, columns, keep, numbers, numbered=numbered)
+        if table is None:
+            return None
+        tables.append(table)
+        hashes.append(table.select(_PAIR_HASH).to_series())
+    if not tables:
+        return None
+    if not _distinct_pairs(tables, pl.concat(hashes, rechunk=True)):
+        return None
+    # One chunk a column (what a DuckDB scan of the frame wants), joined a column at a time so
+    # only one column is ever held twice.
+    return pl.DataFrame(
+        [pl.concat([table.drop_in_place(name) for table in tables]).rechunk() for name in keep]
+    )
+
+
+def _whitespace_piece(
+    data: bytes,
+    columns: Sequence[str],
+    keep: Sequence[str],
+    numbers: Mapping[str, type[pl.DataType]],
+    *,
+    numbered: bool,
+) -> pl.DataFrame | None:
+    """One piece of whole lines for ``_whitespace_table``: its table, or None."""
     if b"\x0b" in data or b"\x0c" in data:
         return None
     if not data.isascii():
@@ -179,7 +240,7 @@ def _whitespace_table(
         if not _spaces_add_up(data, len(columns)):
             return None
     try:
-        return (
+        table = (
             pl.scan_csv(
                 io.BytesIO(data),
                 separator=" ",
@@ -188,10 +249,16 @@ def _whitespace_table(
                 quote_char=None,
             )
             .select(list(keep))
+            .with_columns(pl.col(name).cast(dtype, strict=False) for name, dtype in numbers.items())
             .collect()
         )
     except (pl.exceptions.PolarsError, ValueError):
         return None
+    for name, dtype in numbers.items():
+        values = table[name]
+        if values.null_count() or (dtype.is_float() and not values.is_finite().all()):
+            return None
+    return table
 
 
 def _spaces_add_up(data: bytes, fields: int) -> bool:
@@ -199,14 +266,16 @@ def _spaces_add_up(data: bytes, fields: int) -> bool:
     return bool(data.strip()) and data.count(b" ") == (fields - 1) * lines
 
 
-def _distinct_pairs(frame: pl.DataFrame, first: str, second: str) -> bool:
-    """Whether no ``(first, second)`` pair repeats: distinct hashes prove it at 8 bytes a row
-    (sorted, then compared with their neighbours, in one lazy query that never materialises the
-    pairs); only when hashes collide are the pairs themselves compared."""
-    hashes = pl.struct(first, second).hash().sort()
-    if not frame.lazy().select((hashes == hashes.shift()).any()).collect().item():
+def _distinct_pairs(tables: list[pl.DataFrame], hashes: pl.Series) -> bool:
+    """Whether no ``(query_id, doc_id)`` pair repeats across ``tables``, given the pairs' hashes
+    (``_PAIR_HASH``, 8 bytes a row): distinct hashes prove it (sorted in place, then each
+    compared with the next through two slices, so nothing else the size of the tables is made);
+    only when hashes collide are the pairs themselves compared."""
+    hashes.sort(in_place=True)
+    if not (hashes.slice(1) == hashes.slice(0, hashes.len() - 1)).any():
         return True
-    return frame.select(pl.struct(first, second).n_unique()).item() == frame.height
+    pairs = pl.concat(table.select("query_id", "doc_id") for table in tables)
+    return pairs.select(pl.struct("query_id", "doc_id").n_unique()).item() == pairs.height
 
 
 def _split_lines(path: Path, separator: str | None = None) -> pl.DataFrame:
@@ -268,12 +337,11 @@ def read_trec_run(path: Path | str) -> pl.DataFrame:
     document) pair given twice (trec_eval refuses those too), an empty file.
     """
     path = Path(path)
-    table = _whitespace_table(path, RUN_COLUMNS, ("query_id", "doc_id", "score"))
-    if table is not None:
-        run = table.with_columns(pl.col("score").cast(pl.Float64, strict=False))
-        finite = run["score"].is_not_null().all() and run["score"].is_finite().all()
-        if finite and _distinct_pairs(run, "query_id", "doc_id"):
-            return run.cast(RUN_SCHEMA)
+    run = _whitespace_table(
+        path, RUN_COLUMNS, ("query_id", "doc_id", "score"), {"score": pl.Float64}
+    )
+    if run is not None:
+        return run
     lines = _split_lines(path)
     if not lines.height:
         raise _fail(path, "run file has no lines")
@@ -316,17 +384,14 @@ def _judgements(
 def _trec_qrels_lines(path: Path) -> pl.DataFrame:
     table = _whitespace_table(
         path,
-        ("query_id", "iteration", "doc_id", "grade_text"),
-        ("query_id", "doc_id", "grade_text"),
+        ("query_id", "iteration", "doc_id", "grade"),
+        ("query_id", "doc_id", "grade"),
+        {"grade": pl.Int64},
         numbered=True,
     )
     if table is not None:
-        qrels = table.with_row_index("line", offset=1).with_columns(
-            pl.col("line").cast(pl.Int64),
-            pl.col("grade_text").cast(pl.Int64, strict=False).alias("grade"),
-        )
-        if qrels["grade"].is_not_null().all() and _distinct_pairs(qrels, "query_id", "doc_id"):
-            return qrels.select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
+        qrels = table.with_row_index("line", offset=1)
+        return qrels.select(list(QRELS_LINES_SCHEMA)).cast(QRELS_LINES_SCHEMA)
     lines = _split_lines(path)
     if not lines.height:
         raise _fail(path, "qrels file has no lines")
