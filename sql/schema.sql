@@ -32,7 +32,10 @@ CREATE TABLE IF NOT EXISTS corpus_passages (
     section INTEGER NOT NULL,
     title VARCHAR NOT NULL,
     section_title VARCHAR NOT NULL,
-    text VARCHAR NOT NULL,
+    -- Zstandard: on a 96,000-passage library (157 MB of text) the checkpoint that writes it takes
+    -- 0.55 s instead of 1.4 s and the file holds 27 MB instead of 82 MB (DuckDB's default picks
+    -- FSST); a scan of the column is about 20% slower. Storage only: the column reads the same.
+    text VARCHAR USING COMPRESSION zstd NOT NULL,
     status VARCHAR NOT NULL,
     superseded_by VARCHAR,
     effective_date DATE NOT NULL,
