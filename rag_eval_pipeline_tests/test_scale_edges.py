@@ -215,6 +215,36 @@ def bundled_questions() -> list[str]:
     return [json.loads(line)["question"] for line in lines if line.strip()]
 
 
+def test_the_bm25_index_does_not_depend_on_threads_or_chunks(bundled_passages, monkeypatch):
+    """Chunks tokenized on several threads give the index of one thread and one chunk: the same
+    stems, and for each stem the same postings and weights (token ids are numbered as stems are
+    met, which no score depends on)."""
+    from rag_eval_pipeline.lib.systems import bm25
+
+    texts = bundled_passages.sort("passage_id").select("title", "section_title", "text")
+    stemmer = Stemmer.Stemmer("english")
+    whole = BM25Index.build(texts, k1=1.5, b=0.75, stemmer=stemmer)
+    monkeypatch.setattr(bm25, "CHUNK_BYTES", 2048)
+    assert len(bm25._chunks(texts.select(pl.all().fill_null("")))) > 10
+    threaded = BM25Index.build(texts, k1=1.5, b=0.75, stemmer=stemmer, threads=3)
+    assert threaded.vocabulary.keys() == whole.vocabulary.keys()
+    for stem, mine in threaded.vocabulary.items():
+        theirs = whole.vocabulary[stem]
+        postings = [
+            (
+                index.indices[index.indptr[t] : index.indptr[t + 1]],
+                index.weights[index.indptr[t] : index.indptr[t + 1]],
+            )
+            for index, t in ((threaded, mine), (whole, theirs))
+        ]
+        assert np.array_equal(postings[0][0], postings[1][0]), stem
+        assert np.array_equal(postings[0][1], postings[1][1]), stem
+        rows = (threaded.dense_row[mine], whole.dense_row[theirs])
+        assert (rows[0] >= 0) == (rows[1] >= 0), stem
+        if rows[0] >= 0:
+            assert np.array_equal(threaded.dense[rows[0]], whole.dense[rows[1]]), stem
+
+
 def test_the_bm25_index_is_bm25s_index(bundled_passages):
     current = bundled_passages.filter(pl.col("status") == "current").sort("passage_id")
     texts = current.select(

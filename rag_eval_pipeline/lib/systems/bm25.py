@@ -35,7 +35,8 @@ not by corpus x questions.
 import functools
 import math
 import re
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -80,7 +81,7 @@ def query_tokens(questions: Sequence[str], stemmer: Stemmer.Stemmer) -> list[lis
     return [[stems[token] for token in tokens] for tokens in split]
 
 
-def _document_tokens(fields: pl.DataFrame, first: int) -> pl.DataFrame:
+def _document_tokens(fields: pl.DataFrame, first: int, engine: str = "streaming") -> pl.DataFrame:
     """``document, token`` (a Categorical, so each distinct token is a small integer) for every
     token of every text column of ``fields``, stop words included; passage numbers start at
     ``first``. A passage's columns joined by newlines give the same tokens as its columns one by
@@ -113,7 +114,7 @@ def _document_tokens(fields: pl.DataFrame, first: int) -> pl.DataFrame:
                 .drop_nulls("token")
                 .with_columns(pl.col("token").cast(pl.Categorical))
             )
-    return pl.concat(parts).collect(engine="streaming")
+    return pl.concat(parts).collect(engine=engine)
 
 
 class _Vocabulary:
@@ -161,6 +162,29 @@ def _chunks(texts: pl.DataFrame) -> list[tuple[int, int]]:
     return ranges
 
 
+def _token_chunks(texts: pl.DataFrame, threads: int) -> Iterator[pl.DataFrame]:
+    """``_document_tokens`` of each chunk of ``texts`` (``_chunks``), in passage order, tokenized
+    on ``threads`` threads (Polars' regex matching runs on one core per call and releases the
+    GIL; each thread's query runs on Polars' in-memory engine, as the streaming engine's own
+    threads would compete with them). At most ``threads + 1`` chunks' tokens are held at once,
+    so memory stays bounded by a few chunks, while the caller numbers the previous chunk's
+    tokens."""
+    ranges = _chunks(texts)
+    if threads <= 1 or len(ranges) <= 1:
+        for first, stop in ranges:
+            yield _document_tokens(texts.slice(first, stop - first), first)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        pending: deque = deque()
+        for first, stop in ranges:
+            chunk = texts.slice(first, stop - first)
+            pending.append(pool.submit(_document_tokens, chunk, first, "in-memory"))
+            if len(pending) > threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def _top(scores: np.ndarray, depth: int) -> list[np.ndarray]:
     """For each row, the indices (ascending) of the positive scores at least as high as its
     ``depth``-th highest score, ties included.
@@ -205,12 +229,14 @@ class BM25Index:
         k1: float,
         b: float,
         stemmer: Stemmer.Stemmer,
+        threads: int = 1,
     ) -> "BM25Index":
         """Index ``texts`` (passage ``i`` is row ``i``) as bm25s does (module docstring). A frame
         of several text columns is indexed as their values joined by newlines.
 
-        Passages are tokenized in chunks of about ``CHUNK_BYTES`` of text, so the long table of
-        tokens never holds the whole corpus."""
+        Passages are tokenized in chunks of about ``CHUNK_BYTES`` of text, on ``threads``
+        threads, so the long table of tokens never holds the whole corpus; token ids are given
+        in passage order whatever the threads, so the index does not depend on them."""
         if not isinstance(texts, pl.DataFrame):
             series = texts if isinstance(texts, pl.Series) else pl.Series("text", list(texts))
             texts = series.to_frame("text")
@@ -220,10 +246,8 @@ class BM25Index:
         vocabulary = _Vocabulary(stemmer)
         lengths = np.zeros(count, dtype=np.int64)
         chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for first, stop in _chunks(texts):
-            documents_of, ids = vocabulary.ids(
-                _document_tokens(texts.slice(first, stop - first), first)
-            )
+        for tokens in _token_chunks(texts, threads):
+            documents_of, ids = vocabulary.ids(tokens)
             lengths += np.bincount(documents_of, minlength=count)
             # One posting per (token, passage) of the chunk, with its count, by token.
             runs = pl.Series(ids * width + documents_of).sort().rle()

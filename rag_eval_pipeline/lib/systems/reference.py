@@ -79,6 +79,7 @@ class ReferenceSystem:
                 k1=self.settings.k1,
                 b=self.settings.b,
                 stemmer=self._stemmer,
+                threads=self.settings.threads or os.cpu_count() or 1,
             )
         return self._index
 
