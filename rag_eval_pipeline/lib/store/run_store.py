@@ -71,6 +71,14 @@ class RunStore:
             (p for p in directory.iterdir() if p.name.endswith(".parquet")), key=lambda p: p.name
         )
 
+    def local_files(self, folder: UPath, table: str) -> list[str] | None:
+        """The parts of ``<folder>/<table>`` as local file paths, for a reader that opens files
+        itself (DuckDB's ``read_parquet``); ``None`` when the store is not on local disk or the
+        table has no part."""
+        if folder.protocol not in ("", "file"):
+            return None
+        return [part.path for part in self.parts(folder, table)] or None
+
     def has_table(self, folder: UPath, table: str) -> bool:
         return bool(self.parts(folder, table))
 

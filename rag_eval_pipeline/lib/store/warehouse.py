@@ -109,6 +109,15 @@ class Warehouse:
                     leftover.unlink(missing_ok=True)
 
 
+def _checked(table: str, scope: dict[str, str]) -> str:
+    """The ``WHERE`` clause of ``scope`` (bound parameters) for a contract table."""
+    if table not in TABLES:
+        raise ValueError(f"unknown warehouse table {table!r}")
+    if not scope or not set(scope) <= SCOPE_COLUMNS:
+        raise ValueError(f"scope must use only {sorted(SCOPE_COLUMNS)}, got {sorted(scope)}")
+    return " AND ".join(f"{column} = ${column}" for column in scope)
+
+
 def replace_rows(
     connection: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame, scope: dict[str, str]
 ) -> int:
@@ -117,12 +126,8 @@ def replace_rows(
     The table name comes from the fixed list of contract tables (identifiers cannot be bound);
     the scope values are bound parameters.
     """
-    if table not in TABLES:
-        raise ValueError(f"unknown warehouse table {table!r}")
-    if not scope or not set(scope) <= SCOPE_COLUMNS:
-        raise ValueError(f"scope must use only {sorted(SCOPE_COLUMNS)}, got {sorted(scope)}")
+    where = _checked(table, scope)
     rows = conform(frame, table)
-    where = " AND ".join(f"{column} = ${column}" for column in scope)
     connection.execute("BEGIN TRANSACTION")
     try:
         connection.execute(f'DELETE FROM "{table}" WHERE {where}', scope)
@@ -135,6 +140,52 @@ def replace_rows(
         connection.execute("ROLLBACK")
         raise
     return rows.height
+
+
+def replace_rows_from_parquet(
+    connection: duckdb.DuckDBPyConnection, table: str, files: list[str], scope: dict[str, str]
+) -> int:
+    """``replace_rows`` with the rows of local Parquet ``files`` already shaped as ``table``
+    (``RunStore.write_table`` wrote them), read by DuckDB itself: no frame of them is built.
+
+    Every row must carry the scope's values (a file of another scope would be loaded under the
+    wrong digest); a mismatch rolls the transaction back and raises."""
+    where = _checked(table, scope)
+    connection.execute("BEGIN TRANSACTION")
+    try:
+        connection.execute(f'DELETE FROM "{table}" WHERE {where}', scope)
+        count = connection.execute(
+            f'INSERT INTO "{table}" BY NAME SELECT * FROM read_parquet($files)', {"files": files}
+        ).fetchall()[0][0]
+        outside = connection.execute(
+            f"SELECT count(*) FROM read_parquet($files) WHERE NOT ({where})",
+            {"files": files, **scope},
+        ).fetchall()[0][0]
+        if outside:
+            raise ValueError(
+                f"{', '.join(files)}: {outside} row(s) for {table} lie outside {scope}; "
+                "nothing was loaded"
+            )
+        connection.execute("COMMIT")
+    except Exception:
+        connection.execute("ROLLBACK")
+        raise
+    return count
+
+
+@contextmanager
+def memory_limit(connection: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
+    """DuckDB's ``memory_limit`` set to ``limit`` for the block, then reset to DuckDB's default
+    (the warehouse connections set none; reading the setting back would round it).
+
+    Under a limit, a large insert writes its row groups to the database file as they fill instead
+    of holding the whole transaction in memory: loading a 96,000-passage corpus (157 MB of text)
+    peaks about 255 MB above the process instead of about 475 MB, for about 0.3 s more."""
+    connection.execute(f"SET memory_limit = '{limit}'")
+    try:
+        yield
+    finally:
+        connection.execute("RESET memory_limit")
 
 
 def read_frame(
