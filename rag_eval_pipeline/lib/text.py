@@ -4,6 +4,7 @@ Tokens are lowercase words and numbers; content tokens drop English and German s
 stemmed with the Snowball English stemmer (PyStemmer), the same analysis the BM25 index uses.
 """
 
+import operator
 import re
 from collections.abc import Sequence, Set
 from functools import lru_cache
@@ -230,16 +231,22 @@ def _term_sets_at(found: pl.DataFrame, count: int, places: Sequence[int]) -> lis
     """Each text's ``frozenset`` of terms from ``found`` (``at, term`` rows, grouped by ``at``
     in order): ``_EMPTY`` for the texts at ``places`` without one, ``None`` elsewhere.
 
-    The terms are fetched as one flat list and each set is built from a slice of it, which
+    The terms are fetched as one flat sequence and each set is built from a slice of it, which
     makes far fewer Python objects than a list per text (about 2.4x faster on 230,000
-    sentences)."""
+    sentences); the sequence refers to one string per distinct term (the rows are numbered by a
+    join with the distinct terms), so the sets hold no copies of a term (on those sentences,
+    23 MB instead of 80 MB)."""
     result: list = [None] * count
     for at in places:
         result[at] = _EMPTY
     if not found.height:
         return result
     at_of_row = found["at"].to_numpy()
-    terms = found["term"].to_list()
+    distinct = found.select(pl.col("term").unique()).with_row_index("code")
+    codes = found.join(distinct, on="term", how="left", maintain_order="left")["code"]
+    terms = operator.itemgetter(*codes.to_list())(distinct["term"].to_list())
+    if len(codes) == 1:
+        terms = (terms,)
     starts = np.concatenate(([0], np.flatnonzero(at_of_row[1:] != at_of_row[:-1]) + 1))
     ends = [*starts[1:].tolist(), len(terms)]
     for at, start, end in zip(at_of_row[starts].tolist(), starts.tolist(), ends, strict=True):
