@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from itertools import islice
 
 import polars as pl
 import Stemmer
@@ -190,7 +191,7 @@ def analyse_passages(
     split = split_sentences(unique)
     terms = iter(term_sets([sentence for parts in split for sentence in parts], within))
     return {
-        text: tuple((sentence, next(terms)) for sentence in parts)
+        text: tuple(zip(parts, islice(terms, len(parts)), strict=True))
         for text, parts in zip(unique, split, strict=True)
     }
 
