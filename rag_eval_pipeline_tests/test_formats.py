@@ -659,8 +659,7 @@ def test_a_run_read_in_pieces_is_the_run_read_whole(
     monkeypatch.setattr(formats, "PIECE_BYTES", piece_bytes)
     expected = [(f"q{q}", f"d{d}", 7 - d + 0.25) for q in range(3) for d in range(7)]
     assert read_trec_run(path).rows() == expected
-    table = fast_run_table(path)
-    assert table is not None and table.n_chunks("all") == [1, 1, 1]
+    assert fast_run_table(path) is not None
 
 
 @pytest.mark.parametrize(

@@ -151,6 +151,69 @@ def test_both_top_n_paths_equal_pytrec_eval(layout, monkeypatch):
     assert values["query_id"].n_unique() > 200
 
 
+def deep_collection(seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A run of 0-60 rows per query on a grid of 6 scores (-0.0 and 0.0 among them, so long
+    ties, with relevant rows inside them far below the cut-off) and many relevant rows."""
+    rng = np.random.default_rng(seed)
+    grid = np.array([-0.0, 0.0, 0.5, 1.0, 1.5, 2.0])
+    run_rows, qrels_rows = [], []
+    for query in range(150):
+        docs = rng.choice(80, size=int(rng.integers(0, 61)), replace=False)
+        run_rows += [(f"q{query:03d}", f"d{doc:02d}", float(rng.choice(grid))) for doc in docs]
+        judged = rng.choice(80, size=int(rng.integers(0, 30)), replace=False)
+        qrels_rows += [(f"q{query:03d}", f"d{doc:02d}", int(rng.integers(0, 4))) for doc in judged]
+    run = pl.DataFrame(run_rows, schema=["query_id", "doc_id", "score"], orient="row")
+    qrels = pl.DataFrame(qrels_rows, schema=["query_id", "doc_id", "grade"], orient="row")
+    return run, qrels
+
+
+@pytest.mark.parametrize("layout", ["query by query", "shuffled", "small blocks"])
+@pytest.mark.parametrize("measures", [["RR", "AP", "P@3"], ["AP", "nDCG@40"]])
+def test_ranks_below_the_cut_off_equal_pytrec_eval(layout, measures, monkeypatch):
+    """AP and RR without a cut-off rank every relevant row (``_ranked_below``): by stretches of
+    the run when it lists queries together, else over the rows ordered by query id; small blocks
+    split the sorted stretches over many blocks. Queries have fewer rows than the top-n depth and
+    many more; long ties (-0.0 with 0.0 too) hold relevant rows ranked by doc id."""
+    run, qrels = deep_collection(7)
+    if layout == "shuffled":
+        run = run.sample(fraction=1.0, shuffle=True, seed=8)
+    if layout == "small blocks":
+        monkeypatch.setattr(retrieval, "BLOCK_SCORES", 50)
+    assert (retrieval._stretches(run["query_id"]) is None) == (layout == "shuffled")
+    values = per_query(run, qrels, measures, rel_level=2, complete=False)
+    reference = pytrec_values(run, qrels, 2)
+    compared = 0
+    for query, measure, k, value in values.iter_rows():
+        if (measure, k) in TREC_NAMES:
+            assert value == pytest.approx(reference[query][TREC_NAMES[measure, k]], abs=1e-12)
+            compared += 1
+    assert compared > 2 * 100
+
+
+def test_rows_above_in_stretches_count_every_higher_score_and_each_tie():
+    """``_above_in_stretches`` against counting by hand, for stretches of several lengths in
+    blocks of a few scores, some stretches holding no position."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 12, size=40)
+    scores = rng.integers(0, 4, size=int(lengths.sum())).astype(np.float64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    positions = np.sort(rng.choice(scores.size, size=60, replace=False))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(retrieval, "BLOCK_SCORES", 16)
+        above, members, member_tie = retrieval._above_in_stretches(scores, lengths, positions)
+    for i, position in enumerate(positions):
+        stretch = int(np.searchsorted(starts, position, side="right") - 1)
+        rows = np.arange(starts[stretch], starts[stretch] + lengths[stretch])
+        assert above[i] == (scores[rows] > scores[position]).sum()
+        same = set(rows[scores[rows] == scores[position]].tolist())
+        if len(same) == 1:
+            assert position not in members
+        else:
+            (tie,) = member_tie[members == position]
+            assert set(members[member_tie == tie].tolist()) == same
+    assert sorted(members.tolist()) == sorted(set(members.tolist()))
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_exponential_ndcg_follows_its_definition(seed):
     run, qrels = random_collection(seed, queries=60)

@@ -1,10 +1,11 @@
 -- Per-query retrieval measures, long format: one row per (query_id, measure, k).
--- Relations: run(query_id, doc_id, score, row) (row: its row number), qrels(query_id, doc_id,
--- grade), and for the second query ranked(query_id, doc_id, rank), each query's first max(k)
--- rows in trec_eval's order.
+-- Relations: run(query_id, score, row) (row: its row number; only for top_rows), qrels(query_id,
+-- doc_id, grade), and for measures ranked(query_id, doc_id, rank): each query's first max(k)
+-- rows in trec_eval's order and, when $need_uncut, its relevant rows ranked below them, each
+-- with its rank among all of the query's rows.
 -- Parameters: $rel_level (grade counted relevant), $ks (cut-offs, at least one), $complete (score
 -- queries that have relevant passages but no retrieved row as 0, like trec_eval -c),
--- $need_uncut (compute AP and RR without a cut-off; they need the rank of every relevant row),
+-- $need_uncut (compute AP and RR without a cut-off; ranked then holds every relevant row),
 -- $depth (max(k) + 1, for top_rows), $measures and $measure_ks (the requested (measure, k)
 -- pairs, sorted; k NULL for AP and RR, the output's order within a query).
 -- Conventions (trec_eval): rank by score descending, ties by doc id descending; a passage is
@@ -23,11 +24,11 @@
 -- (score, doc_id) struct cost four times as much). The caller gathers those rows and settles the
 -- order within a score tie by doc id, exactly, on the few queries that have one (the
 -- (max(k) + 1)-th row tells whether a tie crosses the boundary; then every row at that score is
--- fetched), and registers the result as `ranked`. measures then joins `ranked` with the qrels:
--- only judged passages can add gain or relevance, so no other row is needed.
--- AP and RR without a cut-off also need the rank of every relevant retrieved row below max(k):
--- it is counted (1 + the rows of its query ranked above it) while the run streams past the
--- relevant rows.
+-- fetched). AP and RR without a cut-off also need the rank of every relevant retrieved row below
+-- max(k): the caller finds those rows and ranks each among its query's rows in NumPy (its
+-- query's rows sorted by score; ties by doc id in Polars), so the whole run is never handed to
+-- DuckDB for them. The caller registers both as `ranked`; measures then joins `ranked` with the
+-- qrels: only judged passages can add gain or relevance, so no other row is needed.
 -- Where the time goes (100,000 queries x 100 rows, cut-off 10, both cores): the top-n about
 -- 0.1 s with NumPy (top_rows about 0.3 s grouping 10,000,000 rows by query id; a BIGINT `row` is
 -- aggregated faster than a UINTEGER one), the gather and tie step about 0.07 s, measures about
@@ -68,35 +69,9 @@ judged_top AS (
     JOIN qrels AS q ON q.query_id = t.query_id AND q.doc_id = t.doc_id
     WHERE q.grade > 0 OR q.grade >= $rel_level
 ),
--- AP and RR without a cut-off: the rank of every relevant retrieved row below max(k), counted
--- (1 + the rows of its query ranked above it) while the run streams past the relevant rows.
-relevant_retrieved AS (
-    SELECT r.query_id, r.doc_id, r.score, q.grade
-    FROM run AS r
-    JOIN qrels AS q ON q.query_id = r.query_id AND q.doc_id = r.doc_id
-    WHERE $need_uncut AND q.grade >= $rel_level
-),
-above_relevant AS (
-    SELECT h.query_id, h.doc_id, count(*) AS above
-    FROM run AS r
-    JOIN relevant_retrieved AS h
-        ON r.query_id = h.query_id
-        AND (r.score > h.score OR (r.score = h.score AND r.doc_id > h.doc_id))
-    GROUP BY h.query_id, h.doc_id
-),
-relevant_below AS (
-    SELECT h.query_id, 1 + coalesce(a.above, 0) AS rank, h.grade
-    FROM relevant_retrieved AS h
-    LEFT JOIN above_relevant AS a ON a.query_id = h.query_id AND a.doc_id = h.doc_id
-    WHERE 1 + coalesce(a.above, 0) > list_max($ks)
-),
 judged_rows AS (
     SELECT query_id, rank, greatest(grade, 0) AS gain, grade >= $rel_level AS relevant
-    FROM (
-        SELECT query_id, rank, grade FROM judged_top
-        UNION ALL
-        SELECT query_id, rank, grade FROM relevant_below
-    )
+    FROM judged_top
 ),
 cutoffs AS (
     SELECT unnest($ks) AS k

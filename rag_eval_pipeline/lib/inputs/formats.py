@@ -203,11 +203,9 @@ def _whitespace_table(
         return None
     if not _distinct_pairs(tables, pl.concat(hashes, rechunk=True)):
         return None
-    # One chunk a column (what a DuckDB scan of the frame wants), joined a column at a time so
-    # only one column is ever held twice.
-    return pl.DataFrame(
-        [pl.concat([table.drop_in_place(name) for table in tables]).rechunk() for name in keep]
-    )
+    # The pieces stay chunks of one frame: joining them into one chunk a column would hold each
+    # column twice for a moment, and the allocator would keep that memory afterwards.
+    return pl.concat(tables, rechunk=False)
 
 
 def _whitespace_piece(

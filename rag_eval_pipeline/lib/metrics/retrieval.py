@@ -27,9 +27,10 @@ highest scores: by NumPy (``argpartition`` over blocks of queries with the same 
 when the run lists each query's rows together, as a TREC run does, else by ``top_rows`` (a
 numeric top-n aggregate in SQL, grouped by query id). Polars gathers those rows and orders score
 ties by doc id exactly (only for the few queries that have one; a tie across the last listed row
-fetches every row at that score), and ``measures`` joins that short list with the qrels. The
-whole run is ranked again only for AP or RR without a cut-off (the rank of each relevant row
-below max(k)). ``bench/bench_retrieval_metrics.py`` measures it against ranx and pytrec_eval on
+fetches every row at that score), and ``measures`` joins that short list with the qrels. For
+AP or RR without a cut-off the relevant rows below max(k) are added to the list, each ranked
+among its query's rows in NumPy (``_ranked_below``); the run itself is handed to DuckDB only for
+``top_rows``. ``bench/bench_retrieval_metrics.py`` measures it against ranx and pytrec_eval on
 100,000 queries x 100 results.
 """
 
@@ -99,7 +100,7 @@ def measure_label(name: str, k: int | None) -> str:
     return name if k is None else f"{name}@{k}"
 
 
-BLOCK_SCORES = 1 << 20
+BLOCK_SCORES = 1 << 16
 
 
 def _stretches(query_id: pl.Series) -> pl.Series | None:
@@ -112,23 +113,54 @@ def _stretches(query_id: pl.Series) -> pl.Series | None:
     return runs.struct.field("len")
 
 
-def _listed_in_stretches(score: pl.Series, stretches: pl.Series, depth: int) -> pl.DataFrame:
-    """``group, rows, rank``: for each stretch (its number is the group), the run row numbers of
-    its ``depth`` highest scores, by descending score (ties in any order), or all its rows when it
-    has no more than ``depth``.
-
-    NumPy, one block of same-length stretches at a time (at most ``BLOCK_SCORES`` scores, a view
-    of the run when the stretches are adjacent): ``argpartition`` finds each row's ``depth``
-    highest, then only those are sorted. The order is only a head start: the caller checks it
-    and sorts exactly wherever scores do not strictly decrease. On 100,000 queries x 100 rows
-    this takes about a third of the time of DuckDB's grouped top-n (``top_rows``), which needs
-    no contiguity and is used otherwise."""
+def _same_length_blocks(lengths, chosen):
+    """The stretches numbered ``chosen`` (NumPy ints) as ``(part, length)`` blocks: the stretch
+    numbers of one length, by length, at most ``BLOCK_SCORES`` scores a block (one stretch at
+    least)."""
     import numpy as np
 
-    scores = score.to_numpy()
-    lengths = stretches.to_numpy().astype(np.int64, copy=False)
+    chosen = chosen[np.argsort(lengths[chosen], kind="stable")]
+    for bucket in np.split(chosen, np.flatnonzero(np.diff(lengths[chosen])) + 1):
+        if not bucket.size:
+            continue
+        length = int(lengths[bucket[0]])
+        block = max(1, BLOCK_SCORES // length)
+        for first in range(0, bucket.size, block):
+            yield bucket[first : first + block], length
+
+
+def _block_scores(scores, begin, length: int):
+    """The scores of the stretches starting at ``begin`` (all ``length`` long), a row each: a view
+    of ``scores`` when the stretches are adjacent, else a copy."""
+    import numpy as np
+
+    if begin[-1] - begin[0] == (begin.size - 1) * length:
+        return scores[begin[0] : begin[0] + begin.size * length].reshape(begin.size, length)
+    return scores[begin[:, None] + np.arange(length)]
+
+
+def _stretch_starts(lengths):
+    import numpy as np
+
     starts = np.zeros(lengths.size, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
+    return starts
+
+
+def _listed_in_stretches(scores, lengths, depth: int) -> pl.DataFrame:
+    """``group, rows, rank``: for each stretch of ``scores`` (NumPy; ``lengths`` its stretches in
+    order; a stretch's number is its group), the row numbers of its ``depth`` highest scores, by
+    descending score (ties in any order), or all its rows when it has no more than ``depth``.
+
+    NumPy, one block of same-length stretches at a time (``_same_length_blocks``, a view of the
+    run when the stretches are adjacent): ``argpartition`` finds each row's ``depth`` highest,
+    then only those are sorted. The order is only a head start: the caller checks it and sorts
+    exactly wherever scores do not strictly decrease. On 100,000 queries x 100 rows this takes
+    about a third of the time of DuckDB's grouped top-n (``top_rows``), which needs no
+    contiguity and is used otherwise."""
+    import numpy as np
+
+    starts = _stretch_starts(lengths)
     groups, rows, ranks = [], [], []
     short = np.flatnonzero(lengths <= depth)
     if short.size:
@@ -141,26 +173,15 @@ def _listed_in_stretches(score: pl.Series, stretches: pl.Series, depth: int) -> 
         groups.append(short_groups[order])
         rows.append(short_rows[order])
         ranks.append(positions - before + 1)
-    long = np.flatnonzero(lengths > depth)
-    long = long[np.argsort(lengths[long], kind="stable")]
-    for bucket in np.split(long, np.flatnonzero(np.diff(lengths[long])) + 1):
-        if not bucket.size:
-            continue
-        length = int(lengths[bucket[0]])
-        block = max(1, BLOCK_SCORES // length)
-        for first in range(0, bucket.size, block):
-            part = bucket[first : first + block]
-            begin = starts[part]
-            if part[-1] - part[0] == part.size - 1:
-                values = scores[begin[0] : begin[0] + part.size * length].reshape(part.size, length)
-            else:
-                values = scores[begin[:, None] + np.arange(length)]
-            picked = np.argpartition(values, length - depth, axis=1)[:, length - depth :]
-            order = np.argsort(-np.take_along_axis(values, picked, axis=1), axis=1)
-            picked = np.take_along_axis(picked, order, axis=1)
-            groups.append(np.repeat(part, depth))
-            rows.append((begin[:, None] + picked).reshape(-1))
-            ranks.append(np.tile(np.arange(1, depth + 1), part.size))
+    for part, length in _same_length_blocks(lengths, np.flatnonzero(lengths > depth)):
+        begin = starts[part]
+        values = _block_scores(scores, begin, length)
+        picked = np.argpartition(values, length - depth, axis=1)[:, length - depth :]
+        order = np.argsort(-np.take_along_axis(values, picked, axis=1), axis=1)
+        picked = np.take_along_axis(picked, order, axis=1)
+        groups.append(np.repeat(part, depth))
+        rows.append((begin[:, None] + picked).reshape(-1))
+        ranks.append(np.tile(np.arange(1, depth + 1), part.size))
     empty = [np.zeros(0, dtype=np.int64)]
     return pl.DataFrame(
         {
@@ -168,6 +189,72 @@ def _listed_in_stretches(score: pl.Series, stretches: pl.Series, depth: int) -> 
             for name, parts in (("group", groups), ("rows", rows), ("rank", ranks))
         }
     )
+
+
+def _count_below(ordered, local, target, *, inclusive: bool):
+    """For each ``local`` row of ``ordered`` (ascending rows), how many of its values are below
+    ``target`` (or at most ``target`` when ``inclusive``): a binary search over all rows at once."""
+    import numpy as np
+
+    width = ordered.shape[1]
+    low = np.zeros(local.size, dtype=np.int64)
+    high = np.full(local.size, width, dtype=np.int64)
+    while (low < high).any():
+        active = low < high
+        middle = (low + high) // 2
+        value = ordered[local, np.minimum(middle, width - 1)]
+        right = active & ((value <= target) if inclusive else (value < target))
+        low = np.where(right, middle + 1, low)
+        high = np.where(active & ~right, middle, high)
+    return low
+
+
+def _above_in_stretches(scores, lengths, positions):
+    """For the rows at ``positions`` of ``scores`` (NumPy; ``lengths`` its stretches in order):
+    ``above``, how many rows of the row's stretch score higher, and the ties the positions are
+    in (another row of the stretch has the same score) as ``members`` and ``member_tie``: the
+    positions of every row of each such tie, once each, and the tie's number.
+
+    One block of same-length stretches at a time (``_same_length_blocks``, only the stretches
+    holding a position): each stretch is sorted (``argsort``), then each position's score is
+    found in its sorted stretch by binary search (``_count_below``), so the work is the sort's
+    whatever the number of positions. Scores compare as numbers (-0.0 ties with 0.0)."""
+    import numpy as np
+
+    starts = _stretch_starts(lengths)
+    stretch = np.searchsorted(starts, positions, side="right") - 1
+    above = np.zeros(positions.size, dtype=np.int64)
+    members, member_tie, ties = [], [], 0
+    blocks = list(_same_length_blocks(lengths, np.unique(stretch)))
+    block_of = np.zeros(lengths.size, dtype=np.int64)
+    local_of = np.zeros(lengths.size, dtype=np.int64)
+    for number, (part, _) in enumerate(blocks):
+        block_of[part] = number
+        local_of[part] = np.arange(part.size)
+    by_block = np.argsort(block_of[stretch], kind="stable")
+    bounds = np.searchsorted(block_of[stretch][by_block], np.arange(len(blocks) + 1))
+    for number, (part, length) in enumerate(blocks):
+        mine = by_block[bounds[number] : bounds[number + 1]]
+        begin = starts[part]
+        values = _block_scores(scores, begin, length)
+        order = np.argsort(values, axis=1)
+        ordered = np.take_along_axis(values, order, axis=1)
+        local, target = local_of[stretch[mine]], scores[positions[mine]]
+        below = _count_below(ordered, local, target, inclusive=False)
+        upto = _count_below(ordered, local, target, inclusive=True)
+        above[mine] = length - upto
+        tied = np.flatnonzero(upto - below > 1)
+        if not tied.size:
+            continue
+        keys, first = np.unique(local[tied] * length + below[tied], return_index=True)
+        sizes = (upto - below)[tied][first]
+        offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        rows = np.repeat(keys // length, sizes)
+        members.append(begin[rows] + order[rows, np.repeat(keys % length, sizes) + offsets])
+        member_tie.append(ties + np.repeat(np.arange(keys.size), sizes))
+        ties += keys.size
+    empty = [np.zeros(0, dtype=np.int64)]
+    return above, np.concatenate(members or empty), np.concatenate(member_tie or empty)
 
 
 def _exact_ranks(rows: pl.DataFrame) -> pl.DataFrame:
@@ -181,7 +268,7 @@ def _exact_ranks(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _ranked_top(
-    connection: duckdb.DuckDBPyConnection, run: pl.DataFrame, cutoff: int
+    connection: duckdb.DuckDBPyConnection, run: pl.DataFrame, scores, lengths, cutoff: int
 ) -> pl.DataFrame:
     """Each query's first ``cutoff`` rows in trec_eval's order: ``query_id, doc_id, rank``.
 
@@ -192,10 +279,15 @@ def _ranked_top(
     sorted by score and doc id; when the tie reaches the last listed row it may hold rows that
     did not fit, so every row of that query at that score is fetched and ranked too."""
     depth = cutoff + 1
-    stretches = _stretches(run["query_id"])
-    if stretches is not None:
-        listed = _listed_in_stretches(run["score"], stretches, depth)
+    if lengths is not None:
+        listed = _listed_in_stretches(scores, lengths, depth)
     else:
+        connection.register(
+            "run",
+            ArrowStream(
+                run.select("query_id", "score", row=pl.int_range(pl.len(), dtype=pl.Int64))
+            ),
+        )
         top = pl.DataFrame(
             connection.sql(sql_query("retrieval_per_query", "top_rows"), params={"depth": depth}),
             schema={"rows": pl.List(pl.Int64)},
@@ -224,9 +316,7 @@ def _ranked_top(
         )
         if boundary.height:
             at_threshold = (
-                columns.filter(
-                    score.is_between(boundary["threshold"].min(), boundary["threshold"].max())
-                )
+                columns.filter(pl.col("query_id").is_in(boundary["query_id"].implode()))
                 .join(boundary, on="query_id")
                 .filter(score == pl.col("threshold"))
             )
@@ -247,6 +337,79 @@ def _ranked_top(
             )
         ranked = pl.concat([ranked.filter(~group.is_in(unsettled)), exact.select(ranked.columns)])
     return ranked.filter(pl.col("rank") <= cutoff).select("query_id", "doc_id", "rank")
+
+
+def _ranked_below(
+    run: pl.DataFrame, qrels: pl.DataFrame, scores, lengths, rel_level: int, cutoff: int
+) -> pl.DataFrame:
+    """``query_id, doc_id, rank``: every relevant row of the run (judged at or above
+    ``rel_level``) ranked below ``cutoff``, with its rank in trec_eval's order among all of its
+    query's rows (1 + the rows with a higher score + the rows with its score and a higher doc id).
+
+    The run's rows whose doc id is relevant to some query are the candidates (one string test a
+    row, nothing the size of the run is built), then their (query, doc) pairs are matched
+    exactly. Ranks come from ``_above_in_stretches`` over the run's
+    ``scores`` (NumPy) in stretches of ``lengths``; when the run does not list its queries
+    together (``lengths`` None) it does so over the rows ordered by query id. Within a tie the doc
+    ids are ranked in Polars."""
+    import numpy as np
+
+    relevant = qrels.filter(pl.col("grade") >= rel_level).select("query_id", "doc_id")
+    maybe = run["doc_id"].is_in(relevant["doc_id"].unique().implode()).arg_true().cast(pl.Int64)
+    found = (
+        run.select("query_id", "doc_id")
+        .gather(maybe)
+        .with_columns(row=maybe)
+        .join(relevant, on=["query_id", "doc_id"], how="semi")
+    )
+    rows = found["row"].to_numpy()
+    order = None
+    if lengths is None:
+        order = run["query_id"].arg_sort().cast(pl.Int64).to_numpy()
+        scores = scores[order]
+        lengths = run.group_by("query_id").len().sort("query_id")["len"].cast(pl.Int64).to_numpy()
+        position = np.empty_like(order)
+        position[order] = np.arange(order.size)
+        rows = position[rows]
+    above, members, member_tie = _above_in_stretches(scores, lengths, rows)
+    if order is not None:
+        members = order[members]
+    higher = (
+        pl.DataFrame({"tie": member_tie, "row": members})
+        .with_columns(doc_id=run["doc_id"].gather(members))
+        .select(
+            "row",
+            higher=pl.col("doc_id").rank("ordinal", descending=True).over("tie").cast(pl.Int64) - 1,
+        )
+    )
+    rank = pl.col("above") + pl.col("higher").fill_null(0) + 1
+    return (
+        found.with_columns(above=above)
+        .join(higher, on="row", how="left")
+        .select("query_id", "doc_id", rank=rank)
+        .filter(pl.col("rank") > cutoff)
+    )
+
+
+def _ranked(
+    connection: duckdb.DuckDBPyConnection,
+    run: pl.DataFrame,
+    qrels: pl.DataFrame,
+    cutoff: int,
+    rel_level: int | None,
+) -> pl.DataFrame:
+    """``ranked`` for ``measures``: each query's first ``cutoff`` rows (``_ranked_top``) and, when
+    ``rel_level`` is given (AP or RR without a cut-off), its relevant rows below them
+    (``_ranked_below``). The run's scores as NumPy (a copy when the run has several chunks) live
+    only while this runs, not during ``measures``."""
+    lengths = _stretches(run["query_id"])
+    if lengths is not None:
+        lengths = lengths.cast(pl.Int64).to_numpy()
+    scores = run["score"].to_numpy() if lengths is not None or rel_level is not None else None
+    ranked = _ranked_top(connection, run, scores, lengths, cutoff)
+    if rel_level is None:
+        return ranked
+    return pl.concat([ranked, _ranked_below(run, qrels, scores, lengths, rel_level, cutoff)])
 
 
 def per_query(
@@ -275,14 +438,13 @@ def per_query(
     qrels = qrels.select(list(QRELS_SCHEMA)).cast(QRELS_SCHEMA)
     if run["score"].null_count() or run["score"].is_nan().any():
         raise ValueError("run scores must be numbers: found a null or NaN score")
+    need_uncut = any(k is None for _, k in wanted)
     con = duckdb.connect()
     try:
         con.execute(sql_query("retrieval_per_query", "settings"))
-        con.register(
-            "run", ArrowStream(run.with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64)))
-        )
+        ranked = _ranked(con, run, qrels, max(ks), rel_level if need_uncut else None)
         con.register("qrels", ArrowStream(qrels))
-        con.register("ranked", ArrowStream(_ranked_top(con, run, max(ks))))
+        con.register("ranked", ArrowStream(ranked))
         return pl.DataFrame(
             con.sql(
                 sql_query("retrieval_per_query", "measures"),
@@ -290,7 +452,7 @@ def per_query(
                     "rel_level": rel_level,
                     "ks": ks,
                     "complete": complete,
-                    "need_uncut": any(k is None for _, k in wanted),
+                    "need_uncut": need_uncut,
                     "measures": [name for name, _ in wanted],
                     "measure_ks": [k for _, k in wanted],
                 },
