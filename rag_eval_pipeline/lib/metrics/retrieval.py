@@ -1,9 +1,10 @@
 """Retrieval measures against graded gold passages, named as ir_measures names them.
 
-Each measure has three layers (the ranx shape): a per-query kernel computed in DuckDB SQL
-(``sql/retrieval_per_query.sql``, the only kernel), a batch over queries (one SQL pass for every
-measure and cut-off), and aggregation as a separate step (``aggregate``), so per-query scores stay
-available for paired comparisons.
+Each measure has three layers (the ranx shape): a per-query kernel, a batch over queries, and
+aggregation as a separate step (``aggregate``), so per-query scores stay available for paired
+comparisons. The kernel is one pass for every measure and cut-off: NumPy and Polars rank each
+query's rows (below, "Speed"), and the measures themselves are computed in DuckDB SQL from those
+ranks and the qrels (``measures`` in ``sql/retrieval_per_query.sql``, their only definition).
 
 Registry (conventions: trec_eval; relevance threshold ``rel_level``, default grade >= 2, so a
 superseded version at grade 1 is not a hit; only a judged passage can be relevant, so at
