@@ -18,12 +18,19 @@ there: each document version's bytes once, each snapshot a manifest of document 
 digests, usually as the changes from the snapshot before it.
 """
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import os
+import pickle
 import re
+import subprocess
+import sys
+import tempfile
+import threading
 import warnings
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -728,15 +735,7 @@ def _resolve(files: Sequence[DocumentFile], store: SnapshotStore | None, folder:
     )
     cached = store.cached_rows(wanted, CANONICAL_SCHEMA) if store else None
     hits = set() if cached is None else set(cached["file_digest"].to_list())
-    columns: dict[str, list] = {"file_digest": [], **{name: [] for name in CANONICAL_SCHEMA}}
-    for document_file in files:
-        if document_file.file_digest not in hits:
-            document = parse_file(document_file)
-            row = canonical_row(document, _canonical_lines(document, document.sections))
-            columns["file_digest"].append(document_file.file_digest)
-            for name, value in row.items():
-                columns[name].append(value)
-    parsed = pl.DataFrame(columns, schema={"file_digest": pl.String, **CANONICAL_SCHEMA})
+    parsed = parse_rows([f for f in files if f.file_digest not in hits])
     canonical = parsed if cached is None or not cached.height else cached
     if cached is not None and cached.height and parsed.height:
         canonical = pl.concat([parsed, cached], how="vertical")
@@ -744,6 +743,158 @@ def _resolve(files: Sequence[DocumentFile], store: SnapshotStore | None, folder:
         canonical = canonical.sort("doc_version_id")
     _check_canonical(canonical, folder / "documents")
     return _Resolved(canonical, parsed)
+
+
+# -- parsing many files --------------------------------------------------------------------------
+
+# Below this many files to parse, they are parsed in this process alone: a worker process costs
+# about 0.3-0.5 s to start (an interpreter importing this module), more than it saves.
+PARALLEL_PARSE_MIN = 2000
+# Files handed out at a time, to a worker process or to this process.
+PARSE_CHUNK = 400
+_ROWS_SCHEMA = {"file_digest": pl.String, **CANONICAL_SCHEMA}
+
+
+def _serial_rows(files: Sequence[DocumentFile]) -> pl.DataFrame:
+    """``parse_rows`` in this process, in file order."""
+    columns: dict[str, list] = {name: [] for name in _ROWS_SCHEMA}
+    for document_file in files:
+        document = parse_file(document_file)
+        row = canonical_row(document, _canonical_lines(document, document.sections))
+        columns["file_digest"].append(document_file.file_digest)
+        for name, value in row.items():
+            columns[name].append(value)
+    return pl.DataFrame(columns, schema=_ROWS_SCHEMA)
+
+
+def _parse_workers(count: int) -> int:
+    """Worker processes to parse ``count`` files with besides this one: one per further core
+    this process may run on, and none for fewer than ``PARALLEL_PARSE_MIN`` files."""
+    if count < PARALLEL_PARSE_MIN:
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(0, min((cores or 1) - 1, count // PARSE_CHUNK - 1))
+
+
+def parse_rows(files: Sequence[DocumentFile]) -> pl.DataFrame:
+    """Parse read files into their canonical rows (``file_digest`` and ``CANONICAL_SCHEMA``, in
+    file order), failing as parsing them one by one would: with the error of the first bad file.
+
+    Many files are parsed on every core. They are cut into chunks of ``PARSE_CHUNK``; worker
+    processes (``python -c`` importing this module alone, see ``_parse_worker``) are handed
+    chunks from the front, one at a time, and this process parses chunks from the back until
+    none is left, so a worker that starts late or runs slowly is simply given less. A worker is
+    sent only the files' names and digests: it reads each file again and checks its digest
+    (``DocumentFile.content``), and writes its rows to a file of a scratch folder (a pipe would
+    pass megabytes in 64 KiB pieces, each waiting for this busy process to let the thread
+    that reads it run). A worker that fails leaves its chunk to this process, which then fails
+    the same way, with its traceback. The rows are the same, in the same order, however the
+    chunks were shared out.
+    """
+    workers = _parse_workers(len(files))
+    if not workers:
+        return _serial_rows(files)
+    chunks = [files[start : start + PARSE_CHUNK] for start in range(0, len(files), PARSE_CHUNK)]
+    waiting = deque(range(len(chunks)))
+    replies: list[pl.DataFrame | CorpusError | None] = [None] * len(chunks)
+
+    def parse_from_back() -> None:
+        while waiting:
+            try:
+                index = waiting.pop()
+            except IndexError:  # a worker took the last one
+                return
+            try:
+                replies[index] = _serial_rows(chunks[index])
+            except CorpusError as problem:
+                replies[index] = problem
+
+    with tempfile.TemporaryDirectory(prefix="rag-eval-parse-") as scratch:
+        processes = [
+            subprocess.Popen(_PARSE_WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            for _ in range(workers)
+        ]
+        feeders = [
+            threading.Thread(
+                target=_feed_worker, args=(process, chunks, waiting, replies, Path(scratch))
+            )
+            for process in processes
+        ]
+        try:
+            for feeder in feeders:
+                feeder.start()
+            parse_from_back()
+            for feeder in feeders:
+                feeder.join()
+            parse_from_back()  # the chunks a failed worker left
+        finally:
+            for process in processes:
+                with contextlib.suppress(OSError):  # a worker that died cannot be written to
+                    process.stdin.close()
+                if process.poll() is None and any(feeder.is_alive() for feeder in feeders):
+                    process.kill()
+                process.wait()
+            for feeder in feeders:
+                feeder.join()
+    failure = next((reply for reply in replies if isinstance(reply, CorpusError)), None)
+    if failure is not None:
+        raise failure
+    return pl.concat(replies, how="vertical")
+
+
+def _feed_worker(
+    process: subprocess.Popen,
+    chunks: Sequence[Sequence[DocumentFile]],
+    waiting: deque,
+    replies: list,
+    scratch: Path,
+) -> None:
+    """Hand the chunks at the front of ``waiting`` to a worker process one at a time, keeping
+    its replies; a chunk the worker does not answer (it failed) goes back to ``waiting``."""
+    while waiting:
+        try:
+            index = waiting.popleft()
+        except IndexError:
+            return
+        rows_file = scratch / f"{index}.arrow"
+        request = ([replace(f, data=None) for f in chunks[index]], str(rows_file))
+        try:
+            pickle.dump(request, process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            process.stdin.flush()
+            failure = pickle.load(process.stdout)
+            replies[index] = failure if failure is not None else pl.read_ipc(rows_file)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            waiting.appendleft(index)
+            return
+
+
+_PARSE_WORKER_COMMAND = [
+    sys.executable,
+    "-c",
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r}); "
+    f"import {__name__} as corpus; corpus._parse_worker()",
+]
+
+
+def _parse_worker() -> None:
+    """A worker process of ``parse_rows``: for each pickled ``(files, rows file)`` read from
+    stdin, parse the files, write their rows to the rows file (Arrow IPC) and None to stdout,
+    or the ``CorpusError`` instead, pickled; until stdin is closed. Anything printed goes to
+    stderr."""
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    while True:
+        try:
+            files, rows_file = pickle.load(requests)
+        except EOFError:
+            return
+        try:
+            _serial_rows(files).write_ipc(rows_file)
+            reply = None
+        except CorpusError as problem:
+            reply = problem
+        pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
+        replies.flush()
 
 
 # -- manifests ---------------------------------------------------------------------------------
