@@ -45,11 +45,12 @@ def snapshot(tmp_path: Path) -> Path:
 def in_workers(monkeypatch):
     """Chunks of 2 files, and one worker process however few files there are."""
     monkeypatch.setattr(corpus, "PARSE_CHUNK", 2)
+    monkeypatch.setattr(corpus, "PARALLEL_PARSE_MIN", 1)
     monkeypatch.setattr(corpus, "_parse_workers", lambda count: 1)
 
 
 def serial_rows(folder: Path) -> pl.DataFrame:
-    return corpus._serial_rows(read_files(folder))
+    return corpus._parsed_chunk(read_files(folder))[0]
 
 
 def test_a_worker_process_gives_the_rows_of_the_serial_parse(snapshot, tmp_path):
@@ -60,12 +61,14 @@ def test_a_worker_process_gives_the_rows_of_the_serial_parse(snapshot, tmp_path)
         corpus._PARSE_WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     try:
-        corpus._feed_worker(worker, chunks, deque(range(len(chunks))), replies, tmp_path)
+        corpus._feed_worker(
+            worker, corpus._parsed_chunk, chunks, deque(range(len(chunks))), replies, tmp_path
+        )
     finally:
         worker.stdin.close()
         worker.wait()
     assert worker.returncode == 0
-    assert pl.concat(replies).equals(serial_rows(snapshot))
+    assert pl.concat([rows for rows, _ in replies]).equals(serial_rows(snapshot))
 
 
 def test_parse_rows_with_workers_is_the_serial_parse(snapshot, in_workers):
@@ -122,3 +125,24 @@ def test_the_first_bad_document_in_order_is_the_one_reported(snapshot, in_worker
 def test_a_worker_that_dies_leaves_its_chunks_to_this_process(snapshot, in_workers, monkeypatch):
     monkeypatch.setattr(corpus, "_PARSE_WORKER_COMMAND", [sys.executable, "-c", "pass"])
     assert parse_rows(read_files(snapshot)).equals(serial_rows(snapshot))
+
+
+def test_reading_and_parsing_in_one_pass_is_read_files_then_parse_rows(snapshot, in_workers):
+    files, rows = corpus.read_and_parse(snapshot)
+    assert rows.equals(serial_rows(snapshot))
+    read = read_files(snapshot)
+    assert [f.path for f in files] == [f.path for f in read]
+    assert [(f.file_digest, f.inode, f.size, f.links) for f in files] == [
+        (f.file_digest, f.inode, f.size, f.links) for f in read
+    ]
+    assert [f.content() for f in files] == [f.data for f in read]
+
+
+def test_a_file_read_in_a_worker_that_is_refused_names_the_file(snapshot, in_workers, tmp_path):
+    outside = tmp_path / "outside.md"
+    outside.write_text("---\n")
+    link = snapshot / "documents" / "AAA-LINK-001@v1.md"
+    link.symlink_to(outside)
+    with pytest.raises(CorpusError, match=rf"^{link}: symbolic link to {outside}, outside"):
+        freeze(snapshot)
+    assert not (snapshot / "manifest.json").exists()

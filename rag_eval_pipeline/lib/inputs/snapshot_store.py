@@ -238,6 +238,11 @@ class SnapshotStore:
                 parts.append(part)
         return parts
 
+    def has_cached_rows(self) -> bool:
+        """Whether the parse cache has a part (intact or not: ``cached_rows`` checks them)."""
+        folder = self._cache_folder()
+        return folder.is_dir() and any(folder.glob("*.parquet"))
+
     def cached_rows(self, wanted: pl.DataFrame, schema: dict) -> pl.DataFrame | None:
         """The parse cache's rows (``file_digest`` and ``schema``) for the ``(file_digest,
         doc_version_id)`` pairs of ``wanted``, or None when the cache is empty."""
