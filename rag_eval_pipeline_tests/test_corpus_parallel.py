@@ -50,7 +50,7 @@ def in_workers(monkeypatch):
 
 
 def serial_rows(folder: Path) -> pl.DataFrame:
-    return corpus._parsed_chunk(read_files(folder))[0]
+    return corpus._rows_of([corpus._parsed_chunk(read_files(folder))])
 
 
 def test_a_worker_process_gives_the_rows_of_the_serial_parse(snapshot, tmp_path):
@@ -68,7 +68,7 @@ def test_a_worker_process_gives_the_rows_of_the_serial_parse(snapshot, tmp_path)
         worker.stdin.close()
         worker.wait()
     assert worker.returncode == 0
-    assert pl.concat([rows for rows, _ in replies]).equals(serial_rows(snapshot))
+    assert corpus._rows_of(replies).equals(serial_rows(snapshot))
 
 
 def test_parse_rows_with_workers_is_the_serial_parse(snapshot, in_workers):

@@ -32,6 +32,7 @@ import threading
 import warnings
 from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -794,10 +795,13 @@ PARALLEL_PARSE_MIN = 2000
 # Files handed out at a time, to a worker process or to this process.
 PARSE_CHUNK = 400
 _ROWS_SCHEMA = {"file_digest": pl.String, **CANONICAL_SCHEMA}
+# A chunk's rows hold each document's passage digests as one string, separated by spaces (a
+# list per row is slow to build from Python); ``_rows_of`` splits them.
+_CHUNK_SCHEMA = {**_ROWS_SCHEMA, "passage_digests": pl.String}
 
 
 def _parsed_chunk(files: Sequence[DocumentFile]) -> tuple[pl.DataFrame, list[DocumentFile]]:
-    """The rows of read files (``_ROWS_SCHEMA``, in file order), and no files."""
+    """The rows of read files (``_CHUNK_SCHEMA``, in file order), and no files."""
     rows = []
     for document_file in files:
         document = parse_file(document_file)
@@ -813,16 +817,21 @@ def _parsed_chunk(files: Sequence[DocumentFile]) -> tuple[pl.DataFrame, list[Doc
                 document.status,
                 document_digest,
                 block,
-                # One string, split by Polars: a list per row is slow to build from Python.
                 " ".join(passage_digests),
             )
         )
     columns = zip(*rows, strict=True) if rows else [[] for _ in _ROWS_SCHEMA]
     frame = pl.DataFrame(
-        dict(zip(_ROWS_SCHEMA, map(list, columns), strict=True)),
-        schema={**_ROWS_SCHEMA, "passage_digests": pl.String},
+        dict(zip(_ROWS_SCHEMA, map(list, columns), strict=True)), schema=_CHUNK_SCHEMA
     )
-    return frame.with_columns(pl.col("passage_digests").str.split(" ")), []
+    return frame, []
+
+
+def _rows_of(outcomes: Sequence[tuple[pl.DataFrame, list]]) -> pl.DataFrame:
+    """The rows of the chunks (``_ROWS_SCHEMA``), in chunk order."""
+    frames = [rows for rows, _ in outcomes]
+    rows = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+    return rows.with_columns(pl.col("passage_digests").str.split(" "))
 
 
 def _read_and_parsed_chunk(
@@ -845,11 +854,11 @@ def parse_rows(files: Sequence[DocumentFile]) -> pl.DataFrame:
     names and digests: it reads each again and checks its digest (``DocumentFile.content``)."""
     chunks = [files[start : start + PARSE_CHUNK] for start in range(0, len(files), PARSE_CHUNK)]
     if len(files) < PARALLEL_PARSE_MIN:
-        return _parsed_chunk(files)[0]
+        return _rows_of([_parsed_chunk(files)])
     outcomes = _on_every_core(
         _parsed_chunk, chunks, [[replace(f, data=None) for f in chunk] for chunk in chunks]
     )
-    return pl.concat([rows for rows, _ in outcomes], how="vertical")
+    return _rows_of(outcomes)
 
 
 def read_and_parse(snapshot_dir: Path) -> tuple[list[DocumentFile], pl.DataFrame]:
@@ -865,7 +874,7 @@ def read_and_parse(snapshot_dir: Path) -> tuple[list[DocumentFile], pl.DataFrame
         tasks = [(snapshot_dir, names)]
     outcomes = _on_every_core(_read_and_parsed_chunk, tasks, tasks)
     files = [document_file for _, chunk_files in outcomes for document_file in chunk_files]
-    return files, pl.concat([rows for rows, _ in outcomes], how="vertical")
+    return files, _rows_of(outcomes)
 
 
 def _parse_workers(tasks: int) -> int:
@@ -1209,9 +1218,13 @@ def freeze(
         snapshot_store.write_manifest(snapshot_dir, {**header, "documents": entries})
         return FreezeReport({**header, "documents": entries}, parsed, 0)
     previous = _previous_entries(snapshot_dir, store)
-    store.add_cached_rows(resolved.parsed)
-    stored, problems = store.add_files(files, previous)
-    written = snapshot_store.write_store_manifest(snapshot_dir, store, header, entries)
+    # The parse cache's new part is compressed and written by Polars, which lets other threads
+    # run, while this one stores the files and writes the manifest (system calls, mostly).
+    with ThreadPoolExecutor(1) as background:
+        cache_written = background.submit(store.add_cached_rows, resolved.parsed)
+        stored, problems = store.add_files(files, previous)
+        written = snapshot_store.write_store_manifest(snapshot_dir, store, header, entries)
+        cache_written.result()
     manifest = {**written, "documents": entries}
     manifest.pop("removed", None)
     return FreezeReport(manifest, parsed, stored, tuple(problems))

@@ -361,8 +361,8 @@ def _chain_depth(manifest: dict) -> int:
     return 0 if base is None else int(base.get("depth", MAX_BASE_DEPTH))
 
 
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+# ``json.dumps(value, ensure_ascii=False)``, without building an encoder for each call.
+_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _manifest_text(manifest: dict) -> str:
