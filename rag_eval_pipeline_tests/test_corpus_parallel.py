@@ -1,11 +1,12 @@
 """Parsing many documents on several cores gives what parsing them one by one gives.
 
-``parse_rows`` hands chunks of files to worker processes and parses the rest itself. Here the
-chunks are made tiny and a worker is always started (``_parse_workers``), so the bundled
-50-document snapshot goes through the workers: the rows, the manifest and the digest are the
-serial ones (also with Windows line endings, a byte order mark and non-ASCII text), a bad document
-parsed in a worker fails naming its file and line, the first bad file in order is the one
-reported, and a worker that dies leaves its chunks to the calling process.
+``parse_rows`` and ``read_and_parse`` hand chunks of files to worker processes and do the rest
+themselves. Here the chunks are made tiny and a worker is always started (``_parse_workers``), so
+the bundled 50-document snapshot goes through the workers: the rows, the manifest and the digest
+are the serial ones (also with Windows line endings, a byte order mark and non-ASCII text), a bad
+document parsed in a worker fails naming its file and line, the first bad file in order is the one
+reported, a worker that dies leaves its chunks to the calling process, and one that cannot be
+started is done without.
 """
 
 import shutil
@@ -146,3 +147,8 @@ def test_a_file_read_in_a_worker_that_is_refused_names_the_file(snapshot, in_wor
     with pytest.raises(CorpusError, match=rf"^{link}: symbolic link to {outside}, outside"):
         freeze(snapshot)
     assert not (snapshot / "manifest.json").exists()
+
+
+def test_a_worker_that_cannot_be_started_is_done_without(snapshot, in_workers, monkeypatch):
+    monkeypatch.setattr(corpus, "_PARSE_WORKER_COMMAND", [str(snapshot / "no-such-python")])
+    assert parse_rows(read_files(snapshot)).equals(serial_rows(snapshot))

@@ -911,8 +911,9 @@ def _on_every_core(function, tasks: Sequence, worker_tasks: Sequence) -> list:
     none is left, so a worker that starts late or runs slowly is simply given less. A worker
     writes its rows to a file of a scratch folder (a pipe would pass megabytes in 64 KiB pieces,
     each waiting for this busy process to let the thread that reads it run). A worker that fails
-    leaves its task to this process, which then fails the same way, with its traceback. The
-    results are the same, in the same order, however the tasks were shared out.
+    leaves its task to this process, which then fails the same way, with its traceback; one that
+    cannot be started is done without. The results are the same, in the same order, however the
+    tasks were shared out.
     """
     workers = _parse_workers(len(tasks))
     if not workers:
@@ -932,10 +933,14 @@ def _on_every_core(function, tasks: Sequence, worker_tasks: Sequence) -> list:
                 outcomes[index] = problem
 
     with tempfile.TemporaryDirectory(prefix="rag-eval-parse-") as scratch:
-        processes = [
-            subprocess.Popen(_PARSE_WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            for _ in range(workers)
-        ]
+        processes = []
+        for _ in range(workers):
+            with contextlib.suppress(OSError):  # no worker: this process computes more
+                processes.append(
+                    subprocess.Popen(
+                        _PARSE_WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+                    )
+                )
         feeders = [
             threading.Thread(
                 target=_feed_worker,
