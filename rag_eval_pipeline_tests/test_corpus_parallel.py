@@ -9,6 +9,7 @@ reported, a worker that dies leaves its chunks to the calling process, and one t
 started is done without.
 """
 
+import json
 import shutil
 import subprocess
 import sys
@@ -152,3 +153,16 @@ def test_a_file_read_in_a_worker_that_is_refused_names_the_file(snapshot, in_wor
 def test_a_worker_that_cannot_be_started_is_done_without(snapshot, in_workers, monkeypatch):
     monkeypatch.setattr(corpus, "_PARSE_WORKER_COMMAND", [str(snapshot / "no-such-python")])
     assert parse_rows(read_files(snapshot)).equals(serial_rows(snapshot))
+
+
+@pytest.mark.parametrize("snapshot_id", ["2026-10-01", "2026-11-01"])
+def test_bundled_snapshots_frozen_with_workers_keep_their_digests(
+    snapshot_id, in_workers, tmp_path
+):
+    bundled = project_path("corpus_snapshots") / snapshot_id
+    folder = tmp_path / "corpus" / snapshot_id
+    (folder / "documents").mkdir(parents=True)
+    for path in (bundled / "documents").glob("*.md"):
+        shutil.copyfile(path, folder / "documents" / path.name)
+    frozen = json.loads((bundled / "manifest.json").read_text())
+    assert freeze(folder).manifest["corpus_digest"] == frozen["corpus_digest"]
