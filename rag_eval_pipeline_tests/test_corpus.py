@@ -190,3 +190,16 @@ def test_a_byte_order_mark_at_the_start_of_a_document_is_ignored(library):
     document = folder / "documents" / "CLEAN-LOG-001@v1.md"
     document.write_bytes(b"\xef\xbb\xbf" + document.read_bytes())
     assert load_snapshot(folder).corpus_digest == digest
+
+
+def test_a_file_read_in_short_pieces_is_read_whole(library, monkeypatch):
+    from rag_eval_pipeline.lib.inputs import corpus
+
+    document = library / "2026-10-01" / "documents" / "CLEAN-LOG-001@v1.md"
+    expected = document.read_bytes()
+    read = corpus.os.read
+    monkeypatch.setattr(corpus.os, "read", lambda descriptor, size: read(descriptor, min(size, 7)))
+    data, status = corpus._read_whole(document)
+    assert data == expected and status.st_size == len(expected)
+    (library / "empty.md").write_bytes(b"")
+    assert corpus._read_whole(library / "empty.md")[0] == b""

@@ -326,7 +326,7 @@ def test_canonical_lines_are_the_json_the_digest_defines(value):
     assert corpus.canonical_lines(document) == expected
 
 
-def test_normalise_text_fast_path_agrees_with_the_definition():
+def test_normalise_text_agrees_with_the_definition():
     def by_definition(text: str) -> str:
         lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         return "\n".join(line.rstrip() for line in lines).strip()
@@ -340,5 +340,8 @@ def test_normalise_text_fast_path_agrees_with_the_definition():
         "a\u00a0\nb",
         "a\n\n\nb",
         "é\u2003\nb",
+        "\n\n  a \n b\t\n\n",
+        " \u2003\n\n",
+        "",
     ]:
         assert corpus.normalise_text(text) == by_definition(text)

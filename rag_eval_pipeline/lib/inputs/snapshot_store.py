@@ -238,6 +238,11 @@ class SnapshotStore:
                 parts.append(part)
         return parts
 
+    def has_cached_rows(self) -> bool:
+        """Whether the parse cache has a part (intact or not: ``cached_rows`` checks them)."""
+        folder = self._cache_folder()
+        return folder.is_dir() and any(folder.glob("*.parquet"))
+
     def cached_rows(self, wanted: pl.DataFrame, schema: dict) -> pl.DataFrame | None:
         """The parse cache's rows (``file_digest`` and ``schema``) for the ``(file_digest,
         doc_version_id)`` pairs of ``wanted``, or None when the cache is empty."""
@@ -356,8 +361,8 @@ def _chain_depth(manifest: dict) -> int:
     return 0 if base is None else int(base.get("depth", MAX_BASE_DEPTH))
 
 
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+# ``json.dumps(value, ensure_ascii=False)``, without building an encoder for each call.
+_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _manifest_text(manifest: dict) -> str:
