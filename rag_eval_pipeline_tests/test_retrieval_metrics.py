@@ -281,6 +281,34 @@ def test_a_tie_across_the_cut_off_is_ranked_by_doc_id(relevant, rank):
     assert by_name["nDCG", 2] == (pytest.approx(1 / math.log2(3)) if rank == 2 else 0.0)
 
 
+@pytest.mark.parametrize("relevant", ["e", "d", "b"])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_tie_across_the_cut_off_in_a_later_query_fetches_that_querys_rows(relevant, shuffled):
+    """Query q1 (between two longer ones) has a, then b, c, d, e tied, then more: with cut-off
+    2 the top-n depth 3 ends inside the tie, so every row of q1 at that score is fetched (from
+    its stretch of the run, or by query id when the run is shuffled) and ranked a, e, d, c, b."""
+    rows = [("q0", f"x{i:02d}", 20.0 - i) for i in range(10)]
+    rows += [("q1", "a", 5.0), *(("q1", doc, 4.0) for doc in "bcde")]
+    rows += [("q1", f"y{i:02d}", 3.0 - i / 10) for i in range(6)]
+    rows += [("q2", f"z{i:02d}", 9.0 - i) for i in range(12)]
+    run = pl.DataFrame(rows, schema=["query_id", "doc_id", "score"], orient="row")
+    if shuffled:
+        run = run.sample(fraction=1.0, shuffle=True, seed=3)
+    qrels = pl.DataFrame(
+        {"query_id": ["q0", "q1", "q2"], "doc_id": ["x03", relevant, "z00"], "grade": [2, 2, 1]}
+    )
+    values = per_query(run, qrels, ["Success@2", "RR@2", "nDCG@2"], rel_level=1)
+    by_name = {(q, m): v for q, m, _, v in values.iter_rows()}
+    rank = {"e": 2, "d": 3, "b": 5}[relevant]
+    assert by_name["q1", "Success"] == float(rank <= 2)
+    assert by_name["q1", "RR"] == (0.5 if rank == 2 else 0.0)
+    reference = pytrec_eval.RelevanceEvaluator(
+        nested(qrels, "grade"), {"ndcg_cut.2"}, relevance_level=1
+    ).evaluate(nested(run, "score"))
+    for query in ("q0", "q1", "q2"):
+        assert by_name[query, "nDCG"] == pytest.approx(reference[query]["ndcg_cut_2"])
+
+
 def test_unjudged_passages_are_never_relevant_even_at_rel_level_zero():
     """a (judged 0) and c (judged 2) are relevant at rel_level 0; b and d are unjudged and stay
     not relevant: P@2 = 1/2, R@2 = 1/2, RR = 1, AP = (1/1 + 2/3) / 2."""

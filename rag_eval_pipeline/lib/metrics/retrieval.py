@@ -317,7 +317,7 @@ def _ranked_top(
         )
         if boundary.height:
             at_threshold = (
-                columns.filter(pl.col("query_id").is_in(boundary["query_id"].implode()))
+                _rows_of_queries(columns, boundary, lengths)
                 .join(boundary, on="query_id")
                 .filter(score == pl.col("threshold"))
             )
@@ -338,6 +338,20 @@ def _ranked_top(
             )
         ranked = pl.concat([ranked.filter(~group.is_in(unsettled)), exact.select(ranked.columns)])
     return ranked.filter(pl.col("rank") <= cutoff).select("query_id", "doc_id", "rank")
+
+
+def _rows_of_queries(columns: pl.DataFrame, queries: pl.DataFrame, lengths) -> pl.DataFrame:
+    """The run's rows of ``queries`` (``group, query_id``): gathered from their stretches when
+    each query's rows are contiguous (``lengths``; a group is a stretch's number), else found
+    by query id."""
+    if lengths is None:
+        return columns.filter(pl.col("query_id").is_in(queries["query_id"].implode()))
+    import numpy as np
+
+    chosen = queries["group"].to_numpy()
+    starts, sizes = _stretch_starts(lengths)[chosen], lengths[chosen]
+    before = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return columns.gather(np.repeat(starts, sizes) + np.arange(int(sizes.sum())) - before)
 
 
 def _ranked_below(
