@@ -28,6 +28,10 @@ from upath import UPath
 from rag_eval_pipeline.lib.store.tables import conform, empty
 
 DEFAULT_PART = "part-0000"
+# Zstandard at level 1 rather than Polars' default level: on a 96,000-passage corpus table the
+# file is 3% larger (26.7 MB against 25.9 MB), written in 0.32 s instead of 0.47 s and read in
+# 0.11 s instead of 0.15 s (each step of a night reads it again).
+PARQUET_ZSTD_LEVEL = 1
 
 
 class RunStore:
@@ -60,7 +64,9 @@ class RunStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
         with temporary.open("wb") as handle:
-            frame.write_parquet(handle, statistics=True)
+            frame.write_parquet(
+                handle, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL, statistics=True
+            )
         temporary.rename(target)
 
     def parts(self, folder: UPath, table: str) -> list[UPath]:
