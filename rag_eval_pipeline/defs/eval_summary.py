@@ -6,6 +6,7 @@ a failing gate fails the Dagster run (red in the UI, seen by run-status sensors)
 and the report are written, and the comparison guard still compares the run.
 """
 
+import threading
 from collections.abc import Mapping
 
 import dagster as dg
@@ -14,6 +15,7 @@ import polars as pl
 from rag_eval_pipeline.defs.metadata import evaluation_asset, run_link, table_metadata
 from rag_eval_pipeline.defs.resources import WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of
+from rag_eval_pipeline.lib.reporting.charts import import_drawing_modules
 from rag_eval_pipeline.lib.reporting.report import (
     load_report_data,
     render_charts,
@@ -110,6 +112,9 @@ def build_eval_summary(
         its baseline settled; the HTML report written; the release gates checked."""
         record = record_of(retrieval_metrics)
         report_file = warehouse_db.report_path(record.eval_run_id)
+        # The charts' imports run while DuckDB (which releases the GIL) loads the warehouse.
+        drawing = threading.Thread(target=import_drawing_modules, daemon=True)
+        drawing.start()
         with warehouse_db.publishing() as connection:
             finished = finish_run(
                 connection,
@@ -121,6 +126,7 @@ def build_eval_summary(
             )
             results = gate_results(connection, record.eval_run_id, finished.headline, gates)
             report_data = load_report_data(connection, record.eval_run_id)
+        drawing.join()
         rendered = render_charts(report_data)
         write_html_report(report_data, report_file, rendered)
         metadata = summary_metadata(

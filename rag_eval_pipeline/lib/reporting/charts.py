@@ -89,6 +89,16 @@ STRATUM_WORDS = {
 }
 
 
+def import_drawing_modules() -> None:
+    """Import Matplotlib (its figure, Agg canvas and styles) and Pillow, which the functions
+    that draw import when first called: about 0.4 s a process can spend on another thread while
+    it waits for something else (the summary step, while DuckDB loads the warehouse)."""
+    from matplotlib import style  # noqa: F401
+    from matplotlib.backends import backend_agg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+    from PIL import Image  # noqa: F401
+
+
 @contextmanager
 def _style() -> Iterator[None]:
     """Matplotlib's defaults plus ours, so a local matplotlibrc cannot change the bytes."""
