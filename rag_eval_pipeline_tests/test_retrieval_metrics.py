@@ -129,6 +129,17 @@ def test_equals_pytrec_eval_per_query_on_random_runs(seed, rel_level):
     assert compared == len(scored) * len(TREC_NAMES)
 
 
+def laid_out(run: pl.DataFrame, layout: str, monkeypatch, *, block: int, seed: int):
+    """``run`` as the layout asks: as built (query by query), shuffled (the SQL top-n), or as
+    built with NumPy blocks of ``block`` scores; checks which path the kernel will take."""
+    if layout == "shuffled":
+        run = run.sample(fraction=1.0, shuffle=True, seed=seed)
+    if layout == "small blocks":
+        monkeypatch.setattr(retrieval, "BLOCK_SCORES", block)
+    assert (retrieval._stretches(run["query_id"]) is None) == (layout == "shuffled")
+    return run
+
+
 @pytest.mark.parametrize("layout", ["query by query", "shuffled", "small blocks"])
 def test_both_top_n_paths_equal_pytrec_eval(layout, monkeypatch):
     """A run listed query by query is ranked by NumPy (``_listed_in_stretches``), a shuffled one
@@ -138,11 +149,7 @@ def test_both_top_n_paths_equal_pytrec_eval(layout, monkeypatch):
     more (partitioned)."""
     measures = [m for m in EVERY_MEASURE if "@" not in m or int(m.split("@")[1]) <= 10]
     run, qrels = random_collection(4, queries=400)
-    if layout == "shuffled":
-        run = run.sample(fraction=1.0, shuffle=True, seed=5)
-    if layout == "small blocks":
-        monkeypatch.setattr(retrieval, "BLOCK_SCORES", 64)
-    assert (retrieval._stretches(run["query_id"]) is None) == (layout == "shuffled")
+    run = laid_out(run, layout, monkeypatch, block=64, seed=5)
     values = per_query(run, qrels, measures, rel_level=1, complete=False)
     reference = pytrec_values(run, qrels, 1)
     for query, measure, k, value in values.iter_rows():
@@ -175,11 +182,7 @@ def test_ranks_below_the_cut_off_equal_pytrec_eval(layout, measures, monkeypatch
     split the sorted stretches over many blocks. Queries have fewer rows than the top-n depth and
     many more; long ties (-0.0 with 0.0 too) hold relevant rows ranked by doc id."""
     run, qrels = deep_collection(7)
-    if layout == "shuffled":
-        run = run.sample(fraction=1.0, shuffle=True, seed=8)
-    if layout == "small blocks":
-        monkeypatch.setattr(retrieval, "BLOCK_SCORES", 50)
-    assert (retrieval._stretches(run["query_id"]) is None) == (layout == "shuffled")
+    run = laid_out(run, layout, monkeypatch, block=50, seed=8)
     values = per_query(run, qrels, measures, rel_level=2, complete=False)
     reference = pytrec_values(run, qrels, 2)
     compared = 0
