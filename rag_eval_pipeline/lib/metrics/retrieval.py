@@ -153,6 +153,14 @@ def _stretch_starts(lengths):
     return starts
 
 
+def _concatenated_ranges(starts, sizes):
+    """``starts[i] .. starts[i] + sizes[i] - 1`` for every ``i``, one after the other (NumPy)."""
+    import numpy as np
+
+    before = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return np.repeat(starts, sizes) + np.arange(int(sizes.sum())) - before
+
+
 def _listed_in_stretches(scores, lengths, depth: int) -> pl.DataFrame:
     """``group, rows, rank``: for each stretch of ``scores`` (NumPy; ``lengths`` its stretches in
     order; a stretch's number is its group), the row numbers of its ``depth`` highest scores, by
@@ -171,14 +179,12 @@ def _listed_in_stretches(scores, lengths, depth: int) -> pl.DataFrame:
     short = np.flatnonzero(lengths <= depth)
     if short.size:
         sizes = lengths[short]
-        before = np.repeat(np.cumsum(sizes) - sizes, sizes)
-        positions = np.arange(int(sizes.sum()))
-        short_rows = np.repeat(starts[short], sizes) + positions - before
+        short_rows = _concatenated_ranges(starts[short], sizes)
         short_groups = np.repeat(short, sizes)
         order = np.lexsort((-scores[short_rows], short_groups))
         groups.append(short_groups[order])
         rows.append(short_rows[order])
-        ranks.append(positions - before + 1)
+        ranks.append(_concatenated_ranges(np.ones_like(sizes), sizes))
 
     def block_top(block):
         part, length = block
@@ -263,9 +269,8 @@ def _above_in_stretches(scores, lengths, positions):
             continue
         keys, first = np.unique(local[tied] * length + below[tied], return_index=True)
         sizes = (upto - below)[tied][first]
-        offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         rows = np.repeat(keys // length, sizes)
-        members.append(begin[rows] + order[rows, np.repeat(keys % length, sizes) + offsets])
+        members.append(begin[rows] + order[rows, _concatenated_ranges(keys % length, sizes)])
         member_tie.append(ties + np.repeat(np.arange(keys.size), sizes))
         ties += keys.size
     empty = [np.zeros(0, dtype=np.int64)]
@@ -360,12 +365,8 @@ def _rows_of_queries(columns: pl.DataFrame, queries: pl.DataFrame, lengths) -> p
     by query id."""
     if lengths is None:
         return columns.filter(pl.col("query_id").is_in(queries["query_id"].implode()))
-    import numpy as np
-
     chosen = queries["group"].to_numpy()
-    starts, sizes = _stretch_starts(lengths)[chosen], lengths[chosen]
-    before = np.repeat(np.cumsum(sizes) - sizes, sizes)
-    return columns.gather(np.repeat(starts, sizes) + np.arange(int(sizes.sum())) - before)
+    return columns.gather(_concatenated_ranges(_stretch_starts(lengths)[chosen], lengths[chosen]))
 
 
 def _ranked_below(
