@@ -149,7 +149,8 @@ def replace_rows_from_parquet(
     (``RunStore.write_table`` wrote them), read by DuckDB itself: no frame of them is built.
 
     Every row must carry the scope's values (a file of another scope would be loaded under the
-    wrong digest); a mismatch rolls the transaction back and raises."""
+    wrong digest): the scope's rows, deleted before the insert, must afterwards be as many as it
+    inserted; a mismatch rolls the transaction back and raises."""
     where = _checked(table, scope)
     connection.execute("BEGIN TRANSACTION")
     try:
@@ -157,10 +158,10 @@ def replace_rows_from_parquet(
         count = connection.execute(
             f'INSERT INTO "{table}" BY NAME SELECT * FROM read_parquet($files)', {"files": files}
         ).fetchall()[0][0]
-        outside = connection.execute(
-            f"SELECT count(*) FROM read_parquet($files) WHERE NOT ({where})",
-            {"files": files, **scope},
+        inside = connection.execute(
+            f'SELECT count(*) FROM "{table}" WHERE {where}', scope
         ).fetchall()[0][0]
+        outside = count - inside
         if outside:
             raise ValueError(
                 f"{', '.join(files)}: {outside} row(s) for {table} lie outside {scope}; "
