@@ -188,12 +188,12 @@ def _facts(
     )
     if within is not None:
         found = found.filter(pl.col("term").is_in(sorted(within[0])))
-    result: list = [None] * frame.height
     places = ascii_texts["at"].to_list()
     terms_at = _term_sets_at(found, frame.height, places)
     if terms_only:
         pairs = zip(texts, terms_at, strict=True)
         return [_python_terms(text, within) if got is None else got for text, got in pairs]
+    result: list = [None] * frame.height
     stated = tokens.filter(is_number).select("at", as_number.alias("number"))
     kept_numbers = pl.lit(True)
     if within is not None:

@@ -869,9 +869,9 @@ def parse_rows(files: Sequence[DocumentFile]) -> pl.DataFrame:
     file order), on every core for many files (``_on_every_core``), failing as parsing them one
     by one would: with the error of the first bad file. A worker process is sent only the files'
     names and digests: it reads each again and checks its digest (``DocumentFile.content``)."""
-    chunks = [files[start : start + PARSE_CHUNK] for start in range(0, len(files), PARSE_CHUNK)]
     if len(files) < PARALLEL_PARSE_MIN:
         return _rows_of([_parsed_chunk(files)])
+    chunks = [files[start : start + PARSE_CHUNK] for start in range(0, len(files), PARSE_CHUNK)]
     outcomes = _on_every_core(
         _parsed_chunk, chunks, [[replace(f, data=None) for f in chunk] for chunk in chunks]
     )
@@ -883,12 +883,8 @@ def read_and_parse(snapshot_dir: Path) -> tuple[list[DocumentFile], pl.DataFrame
     core for many files; the first bad file in order (unreadable or not a valid document) is the
     one reported."""
     names = _document_names(snapshot_dir)
-    tasks = [
-        (snapshot_dir, names[start : start + PARSE_CHUNK])
-        for start in range(0, len(names), PARSE_CHUNK)
-    ]
-    if len(names) < PARALLEL_PARSE_MIN:
-        tasks = [(snapshot_dir, names)]
+    step = PARSE_CHUNK if len(names) >= PARALLEL_PARSE_MIN else len(names)
+    tasks = [(snapshot_dir, names[start : start + step]) for start in range(0, len(names), step)]
     outcomes = _on_every_core(_read_and_parsed_chunk, tasks, tasks)
     files = [document_file for _, chunk_files in outcomes for document_file in chunk_files]
     return files, _rows_of(outcomes)
