@@ -65,6 +65,41 @@ def test_evaluate_run_prints_like_trec_eval_and_json(tmp_path):
     assert report["RR"]["ci_low"] is not None
 
 
+EVALUATE_IN_PROCESS = """
+import os, sys
+from rag_eval_pipeline.cli import main
+assert "polars" not in sys.modules and "duckdb" not in sys.modules, "the command line loaded them"
+status = main(["evaluate-run", sys.argv[1], sys.argv[2], "-m", "RR"])
+print(status, os.environ.get("_RJEM_MALLOC_CONF"))
+"""
+
+
+@pytest.mark.parametrize("chosen", [None, "narenas:1"])
+def test_evaluate_run_chooses_the_allocator_setting_before_polars_loads(tmp_path, chosen):
+    # Importing the command line loads neither Polars nor DuckDB, so evaluate-run can ask Polars'
+    # allocator to return freed pages at once (the run frame is dropped before the measures);
+    # a setting the user made is kept.
+    qrels = write(tmp_path / "qrels", "q1 0 a 2\n")
+    run = write(tmp_path / "run", "q1 Q0 a 1 3.0 t\n")
+    env = {key: value for key, value in os.environ.items() if key != "_RJEM_MALLOC_CONF"}
+    if chosen:
+        env["_RJEM_MALLOC_CONF"] = chosen
+    completed = subprocess.run(
+        [sys.executable, "-c", EVALUATE_IN_PROCESS, str(qrels), str(run)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    status, setting = completed.stdout.splitlines()[-1].split(" ", 1)
+    assert status == "0"
+    # Polars puts its own defaults first and the given setting after them, which wins.
+    assert setting.endswith("," + (chosen or "dirty_decay_ms:0,muzzy_decay_ms:0"))
+    assert ("dirty_decay_ms:0" in setting) is (chosen is None)
+
+
 @pytest.mark.parametrize(
     ("run_text", "message"),
     [

@@ -21,14 +21,14 @@ import os
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-import polars as pl
-
 from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.cli.nightly import preflight, read_run_config
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_name
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from rag_eval_pipeline.lib.judges.budget import JudgeBudget
 
 PRICE_ENV = "RAG_EVAL_JUDGE_PRICE_PER_1K_TOKENS"
@@ -67,7 +67,7 @@ def price_per_1k(args: argparse.Namespace, configured_budget: "JudgeBudget") -> 
     return configured_budget.price_per_1k_tokens
 
 
-def tonight_answers(record, resources, passages, items, store) -> tuple[pl.DataFrame, str]:
+def tonight_answers(record, resources, passages, items, store) -> tuple["pl.DataFrame", str]:
     """``generation_results`` of the night, and where they came from."""
     from rag_eval_pipeline.defs.resources import HttpSystemResource
     from rag_eval_pipeline.lib.systems.run import generation_results, retrieval_results
@@ -89,6 +89,8 @@ def tonight_answers(record, resources, passages, items, store) -> tuple[pl.DataF
 
 
 def command_judge_plan(args: argparse.Namespace) -> int:
+    import polars as pl
+
     from rag_eval_pipeline.lib.inputs.corpus import (
         choose_snapshot,
         find_snapshot,

@@ -4,11 +4,16 @@ import argparse
 import datetime as dt
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rag_eval_pipeline.lib.deployment import Deployment
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.paths import packaged_path, project_path, project_root
-from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    # Polars and DuckDB load when a command needs them: importing the command line loads
+    # neither, so a command can choose their settings first (``evaluate-run`` does).
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
 
 INSTANCE_SETTINGS = "dagster.yaml"
 
@@ -17,7 +22,9 @@ def deployment() -> Deployment:
     return Deployment.from_environment(os.environ)
 
 
-def warehouse() -> Warehouse:
+def warehouse() -> "Warehouse":
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
     return Warehouse(project_path(deployment().warehouse))
 
 
@@ -29,7 +36,7 @@ def warehouse_resource():
     return WarehouseResource(path=chosen.warehouse, store=chosen.run_store)
 
 
-def existing_warehouse() -> Warehouse:
+def existing_warehouse() -> "Warehouse":
     """The published warehouse, which must exist already."""
     found = warehouse()
     if not found.exists():

@@ -37,8 +37,9 @@ among its query's rows in NumPy (``_ranked_below``); the run itself is handed to
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -288,7 +289,7 @@ def _exact_ranks(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _ranked_top(
-    connection: duckdb.DuckDBPyConnection, run: pl.DataFrame, scores, lengths, cutoff: int
+    connection: duckdb.DuckDBPyConnection | None, run: pl.DataFrame, scores, lengths, cutoff: int
 ) -> pl.DataFrame:
     """Each query's first ``cutoff`` rows in trec_eval's order: ``query_id, doc_id, rank``.
 
@@ -422,24 +423,95 @@ def _ranked_below(
 
 
 def _ranked(
-    connection: duckdb.DuckDBPyConnection,
-    run: pl.DataFrame,
-    qrels: pl.DataFrame,
-    cutoff: int,
-    rel_level: int | None,
+    run: pl.DataFrame, qrels: pl.DataFrame, cutoff: int, rel_level: int | None
 ) -> pl.DataFrame:
     """``ranked`` for ``measures``: each query's first ``cutoff`` rows (``_ranked_top``) and, when
     ``rel_level`` is given (AP or RR without a cut-off), its relevant rows below them
     (``_ranked_below``). The run's scores as NumPy (a copy when the run has several chunks) live
-    only while this runs, not during ``measures``."""
+    only while this runs. A private DuckDB database is opened only for a run whose queries are
+    interleaved (``top_rows``)."""
     lengths = _stretches(run["query_id"])
     if lengths is not None:
         lengths = lengths.cast(pl.Int64).to_numpy()
     scores = run["score"].to_numpy() if lengths is not None or rel_level is not None else None
-    ranked = _ranked_top(connection, run, scores, lengths, cutoff)
+    if lengths is None:
+        with _kernel_database() as connection:
+            ranked = _ranked_top(connection, run, scores, lengths, cutoff)
+    else:
+        ranked = _ranked_top(None, run, scores, lengths, cutoff)
     if rel_level is None:
         return ranked
     return pl.concat([ranked, _ranked_below(run, qrels, scores, lengths, rel_level, cutoff)])
+
+
+@contextmanager
+def _kernel_database() -> Iterator[duckdb.DuckDBPyConnection]:
+    """The kernel's private in-memory DuckDB database, with the ``settings`` of
+    ``sql/retrieval_per_query.sql`` (the build_side_probe_side optimizer off: DuckDB sees the
+    frames as Arrow streams without row counts and would build a join's hash table on the whole
+    run; every join there has its small side on the right). Those settings are global to a
+    database, so no other connection ever sees them."""
+    connection = duckdb.connect()
+    try:
+        connection.execute(sql_query("retrieval_per_query", "settings"))
+        yield connection
+    finally:
+        connection.close()
+
+
+@dataclass(frozen=True)
+class RankedRun:
+    """A run ranked for the requested measures (``rank_run``): the rows the measures need, in
+    trec_eval's order, without the run itself. ``measures`` computes the values."""
+
+    ranked: pl.DataFrame
+    wanted: tuple[tuple[str, int | None], ...]
+    rel_level: int
+
+    def measures(self, qrels: pl.DataFrame, *, complete: bool = True) -> pl.DataFrame:
+        """Per-query values, ``query_id, measure, k, value``, sorted (``per_query``)."""
+        ks = sorted({k for _, k in self.wanted if k is not None}) or [1]
+        with _kernel_database() as connection:
+            connection.register("qrels", ArrowStream(_qrels_frame(qrels)))
+            connection.register("ranked", ArrowStream(self.ranked))
+            return pl.DataFrame(
+                connection.sql(
+                    sql_query("retrieval_per_query", "measures"),
+                    params={
+                        "rel_level": self.rel_level,
+                        "ks": ks,
+                        "complete": complete,
+                        "need_uncut": any(k is None for _, k in self.wanted),
+                        "measures": [name for name, _ in self.wanted],
+                        "measure_ks": [k for _, k in self.wanted],
+                    },
+                ),
+                schema=VALUES_SCHEMA,
+            )
+
+
+def _qrels_frame(qrels: pl.DataFrame) -> pl.DataFrame:
+    return qrels.select(list(QRELS_SCHEMA)).cast(QRELS_SCHEMA)
+
+
+def rank_run(
+    run: pl.DataFrame,
+    qrels: pl.DataFrame,
+    measures: Iterable[str] = DEFAULT_MEASURES,
+    *,
+    rel_level: int = 2,
+) -> RankedRun:
+    """The first half of ``per_query``: the run's rows that ``measures`` need, ranked. A caller
+    that holds nothing else of the run frees it before the measures are computed (``rag-eval
+    evaluate-run`` does)."""
+    wanted = tuple(sorted({parse_measure(m) for m in measures}, key=lambda p: (p[0], p[1] or 0)))
+    ks = [k for _, k in wanted if k is not None] or [1]
+    run = run.select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
+    if run["score"].null_count() or run["score"].is_nan().any():
+        raise ValueError("run scores must be numbers: found a null or NaN score")
+    need_uncut = any(k is None for _, k in wanted)
+    ranked = _ranked(run, _qrels_frame(qrels), max(ks), rel_level if need_uncut else None)
+    return RankedRun(ranked=ranked, wanted=wanted, rel_level=rel_level)
 
 
 def per_query(
@@ -456,41 +528,11 @@ def per_query(
     ``qrels`` has ``query_id, doc_id, grade``. ``complete`` scores a query that has a relevant
     passage but retrieved nothing as 0 (trec_eval ``-c``); otherwise it is left out.
 
-    The kernel runs in a private in-memory DuckDB database with the ``settings`` of
-    ``sql/retrieval_per_query.sql`` (the build_side_probe_side optimizer off: DuckDB sees the
-    frames as Arrow streams without row counts and would build a join's hash table on the whole
-    run; every join there has its small side on the right). Those settings are global to a
-    database, so no other connection ever sees them.
+    Two halves: ``rank_run`` ranks the rows the measures need (NumPy and Polars), then
+    ``RankedRun.measures`` computes them in the kernel's private DuckDB database
+    (``_kernel_database``).
     """
-    wanted = sorted({parse_measure(m) for m in measures}, key=lambda p: (p[0], p[1] or 0))
-    ks = sorted({k for _, k in wanted if k is not None}) or [1]
-    run = run.select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
-    qrels = qrels.select(list(QRELS_SCHEMA)).cast(QRELS_SCHEMA)
-    if run["score"].null_count() or run["score"].is_nan().any():
-        raise ValueError("run scores must be numbers: found a null or NaN score")
-    need_uncut = any(k is None for _, k in wanted)
-    con = duckdb.connect()
-    try:
-        con.execute(sql_query("retrieval_per_query", "settings"))
-        ranked = _ranked(con, run, qrels, max(ks), rel_level if need_uncut else None)
-        con.register("qrels", ArrowStream(qrels))
-        con.register("ranked", ArrowStream(ranked))
-        return pl.DataFrame(
-            con.sql(
-                sql_query("retrieval_per_query", "measures"),
-                params={
-                    "rel_level": rel_level,
-                    "ks": ks,
-                    "complete": complete,
-                    "need_uncut": need_uncut,
-                    "measures": [name for name, _ in wanted],
-                    "measure_ks": [k for _, k in wanted],
-                },
-            ),
-            schema=VALUES_SCHEMA,
-        )
-    finally:
-        con.close()
+    return rank_run(run, qrels, measures, rel_level=rel_level).measures(qrels, complete=complete)
 
 
 def excluded_queries(qrels: pl.DataFrame, *, rel_level: int = 2) -> list[str]:
