@@ -88,22 +88,33 @@ at_k AS (
     JOIN cutoffs AS c ON r.rank <= c.k
     GROUP BY r.query_id, c.k
 ),
-ideal_at_k AS (
+-- The ideal order's gains at each cut-off; DCG is their dot product with the discounts
+-- 1 / log2(rank + 1) of ranks 1 .. (number of gains).
+ideal_top AS (
     SELECT
         s.query_id,
         s.qn,
         c.k,
         s.n_rel,
-        list_sum(
-            list_transform(list_slice(s.ideal_gains, 1, c.k), lambda g, i: g / log2(i + 1))
-        ) AS idcg,
-        list_sum(
-            list_transform(
-                list_slice(s.ideal_gains, 1, c.k), lambda g, i: (pow(2, g) - 1) / log2(i + 1)
-            )
-        ) AS idcg_exp
+        list_slice(s.ideal_gains, 1, c.k)::DOUBLE[] AS gains
     FROM scored AS s
     CROSS JOIN cutoffs AS c
+),
+ideal_at_k AS (
+    SELECT
+        i.query_id,
+        i.qn,
+        i.k,
+        i.n_rel,
+        list_dot_product(i.gains, list_slice(d.discounts, 1, len(i.gains))) AS idcg,
+        list_dot_product(
+            list_transform(i.gains, lambda g: pow(2, g) - 1),
+            list_slice(d.discounts, 1, len(i.gains))
+        ) AS idcg_exp
+    FROM ideal_top AS i
+    CROSS JOIN (
+        SELECT list_transform(range(1, list_max($ks) + 1), lambda r: 1 / log2(r + 1)) AS discounts
+    ) AS d
 ),
 cut_measures AS (
     SELECT

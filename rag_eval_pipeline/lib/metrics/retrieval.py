@@ -323,41 +323,49 @@ def _ranked_top(
             .explode("rows", "rank")
             .drop_nulls("rows")
         )
-    columns = run.select("query_id", "doc_id", "score")
-    ranked = pl.concat(
-        [listed.select("group", "rank"), columns.gather(listed["rows"])], how="horizontal"
-    )
-    group, score = pl.col("group"), pl.col("score")
-    unsettled = ranked.filter((group == group.shift()) & (score >= score.shift()))["group"]
+    group, score, rank = pl.col("group"), pl.col("score"), pl.col("rank")
+    listed = listed.with_columns(score=run["score"].gather(listed["rows"]))
+    unsettled = listed.filter((group == group.shift()) & (score >= score.shift()))["group"]
+    settled = listed.filter(rank <= cutoff)
     if unsettled.len():
         unsettled = unsettled.unique().implode()
-        exact = _exact_ranks(ranked.filter(group.is_in(unsettled)).drop("rank"))
-        boundary = exact.filter((pl.col("rank") == depth) & (score == score.shift())).select(
-            "group", "query_id", threshold="score"
+        settled = settled.filter(~group.is_in(unsettled))
+    # Only the rows that are kept have their ids gathered.
+    columns = run.select("query_id", "doc_id")
+    ranked = pl.concat([columns.gather(settled["rows"]), settled.select("rank")], how="horizontal")
+    if not unsettled.len():
+        return ranked
+    tied = listed.filter(group.is_in(unsettled))
+    exact = _exact_ranks(
+        pl.concat(
+            [tied.select("group"), columns.gather(tied["rows"]), tied.select("score")],
+            how="horizontal",
         )
-        if boundary.height:
-            at_threshold = (
-                _rows_of_queries(columns, boundary, lengths)
-                .join(boundary, on="query_id")
-                .filter(score == pl.col("threshold"))
+    )
+    boundary = exact.filter((rank == depth) & (score == score.shift())).select(
+        "group", "query_id", threshold="score"
+    )
+    if boundary.height:
+        at_threshold = (
+            _rows_of_queries(run.select("query_id", "doc_id", "score"), boundary, lengths)
+            .join(boundary, on="query_id")
+            .filter(score == pl.col("threshold"))
+        )
+        above = exact.join(boundary.select("group", "threshold"), on="group").filter(
+            score > pl.col("threshold")
+        )
+        widened = _exact_ranks(
+            pl.concat(
+                [
+                    frame.select("group", "query_id", "doc_id", "score")
+                    for frame in (above, at_threshold)
+                ]
             )
-            above = exact.join(boundary.select("group", "threshold"), on="group").filter(
-                score > pl.col("threshold")
-            )
-            widened = _exact_ranks(
-                pl.concat(
-                    [
-                        frame.select("group", "query_id", "doc_id", "score")
-                        for frame in (above, at_threshold)
-                    ]
-                )
-            )
-            exact = pl.concat(
-                [exact.filter(~group.is_in(boundary["group"].implode())), widened],
-                how="diagonal",
-            )
-        ranked = pl.concat([ranked.filter(~group.is_in(unsettled)), exact.select(ranked.columns)])
-    return ranked.filter(pl.col("rank") <= cutoff).select("query_id", "doc_id", "rank")
+        )
+        exact = pl.concat(
+            [exact.filter(~group.is_in(boundary["group"].implode())), widened], how="diagonal"
+        )
+    return pl.concat([ranked, exact.filter(rank <= cutoff).select(ranked.columns)])
 
 
 def _rows_of_queries(columns: pl.DataFrame, queries: pl.DataFrame, lengths) -> pl.DataFrame:
