@@ -34,6 +34,7 @@ from rag_eval_pipeline.lib.reporting.charts import (
     metric_trend_png,
     stratum_bars_png,
 )
+from rag_eval_pipeline.lib.systems import reference
 from rag_eval_pipeline.lib.systems.bm25 import BM25Index, query_tokens
 from rag_eval_pipeline.lib.systems.protocol import Query
 from rag_eval_pipeline.lib.systems.reference import (
@@ -322,8 +323,11 @@ def test_batched_verdicts_are_the_one_by_one_verdicts(bundled_passages, bundled_
     assert judge.verdicts(pairs) == [judge.verdict(claim, context) for claim, context in pairs]
 
 
-def test_batched_text_analysis_is_the_python_analysis(bundled_passages):
+def test_batched_text_analysis_is_the_python_analysis(bundled_passages, monkeypatch):
     texts = bundled_passages["text"].to_list()
+    # Passages are analysed in chunks: small ones here, so several chunks and a short last one.
+    monkeypatch.setattr(reference, "ANALYSE_CHUNK", 7)
+    assert len(set(texts)) > 3 * 7 and len(set(texts)) % 7
     assert split_sentences(texts) == [sentences(text) for text in texts]
     pieces = [sentence for text in texts for sentence in sentences(text)]
     pieces += ["Keep it at 4,5 °C; not above 8.", "No  tabs\there", "Das ist nicht kalt."]

@@ -207,6 +207,66 @@ def test_a_staged_snapshot_is_verified_without_parsing(library, tmp_path):
         stage_snapshot(store, folder, dt.datetime(2026, 10, 17))
 
 
+@pytest.mark.parametrize("snapshot_id", sorted(BUNDLED))
+def test_staging_writes_the_tables_snapshot_tables_builds(snapshot_id, tmp_path, monkeypatch):
+    """Staging decodes and writes the passages a slice at a time (small slices here, so many of
+    them and a short last one) and counts the summary without decoding: the staged tables are
+    exactly ``snapshot_tables`` of the loaded snapshot, row for row and type for type."""
+    from polars.testing import assert_frame_equal
+
+    from rag_eval_pipeline.lib.store.tables import conform
+
+    folder = project_path("corpus_snapshots") / snapshot_id
+    expected = corpus.snapshot_tables(load_snapshot(folder), dt.datetime(2026, 10, 15))
+    monkeypatch.setattr(corpus, "TABLE_SLICE", 2)
+    store = RunStore(tmp_path / "store")
+    written = []
+    write = RunStore.write_table_slices
+
+    def counting(self, folder, table, frames, part="part-0000"):
+        def each():
+            for frame in frames:
+                written.append(frame.height)
+                yield frame
+
+        return write(self, folder, table, each(), part)
+
+    monkeypatch.setattr(RunStore, "write_table_slices", counting)
+    stage_snapshot(store, folder, dt.datetime(2026, 10, 15))
+    assert len(written) > 2 and sum(written) == expected["corpus_passages"].height
+    corpus_dir = store.corpus_dir(BUNDLED[snapshot_id])
+    for table, frame in expected.items():
+        assert_frame_equal(store.read_table(corpus_dir, table), conform(frame, table))
+
+
+def test_a_sliced_table_that_fails_midway_leaves_nothing(tmp_path):
+    """``write_table_slices`` renames the part into place only once every slice is written: a
+    slice that fails leaves no part and no temporary file."""
+    import polars as pl
+
+    store = RunStore(tmp_path)
+    folder = store.corpus_dir("d" * 64)
+    good = pl.DataFrame(
+        {
+            "corpus_digest": ["d" * 64],
+            "snapshot_id": ["s"],
+            "document_count": [1],
+            "passage_count": [1],
+            "current_passage_count": [1],
+            "loaded_at": [dt.datetime(2026, 10, 15)],
+        }
+    )
+
+    def slices():
+        yield good
+        raise ValueError("slice 2 is bad")
+
+    with pytest.raises(ValueError, match="slice 2 is bad"):
+        store.write_table_slices(folder, "corpus_snapshots", slices())
+    assert not store.has_table(folder, "corpus_snapshots")
+    assert not [path for path in Path(tmp_path).rglob("*") if path.is_file()]
+
+
 def test_a_legacy_folder_loads_as_before(library):
     """A folder of markdown files with a manifest listing every document (no store) loads and
     verifies as it always did, line endings and all."""

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import warnings
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -490,17 +490,19 @@ def digest_of(canonical: pl.DataFrame) -> str:
 def tables_of(canonical: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The passages (``PASSAGE_SCHEMA``, sorted by passage id) and documents
     (``DOCUMENT_SCHEMA``) frames, read back from the canonical lines themselves, so the staged
-    rows are exactly what the digest pins.
-
-    ``canonical`` is sorted by version id and each block's lines by passage id, so its lines in
-    order are already sorted by passage id (``digest_of``); they are decoded
-    ``TABLE_SLICE`` documents at a time, which keeps the decoding's memory to a slice."""
-    slices = [
-        _passages_of(canonical.slice(start, TABLE_SLICE))
-        for start in range(0, canonical.height, TABLE_SLICE)
-    ]
+    rows are exactly what the digest pins (``passage_slices``, joined)."""
+    slices = list(passage_slices(canonical))
     passages = pl.concat(slices) if slices else _passages_of(canonical)
     return passages, _documents_of(canonical)
+
+
+def passage_slices(canonical: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """The passages of ``canonical`` (``PASSAGE_SCHEMA``) decoded ``TABLE_SLICE`` documents at
+    a time, in passage id order: ``canonical`` is sorted by version id and each block's lines
+    by passage id, so its lines in order are already sorted by passage id (``digest_of``). A
+    caller that writes each slice before asking for the next never holds the whole table."""
+    for start in range(0, canonical.height, TABLE_SLICE):
+        yield _passages_of(canonical.slice(start, TABLE_SLICE))
 
 
 _DECODED = pl.col("line").str.json_decode(_LINE_SCHEMA).alias("fields")
@@ -1124,10 +1126,40 @@ def read_snapshot(snapshot_dir: Path | str) -> SnapshotFiles:
     return SnapshotFiles(snapshot_dir, manifest, entries, store, files)
 
 
-def load_snapshot(
+@dataclass(frozen=True)
+class VerifiedSnapshot:
+    """A snapshot folder read and verified against its manifest digest, before its tables are
+    built: the canonical rows (``CANONICAL_SCHEMA``, sorted by version id) and what pins them.
+    ``passage_slices`` and ``documents`` decode the tables from the canonical lines."""
+
+    snapshot_id: str
+    corpus_digest: str
+    canonical: pl.DataFrame = field(repr=False)
+    document_digests: dict[str, str] = field(repr=False)
+    frozen_at: str | None = None
+    file_digests: dict[str, str] = field(default_factory=dict, repr=False)
+    parsed: int = 0
+
+    def passage_slices(self) -> Iterator[pl.DataFrame]:
+        return passage_slices(self.canonical)
+
+    def documents(self) -> pl.DataFrame:
+        return _documents_of(self.canonical)
+
+    def passage_counts(self, documents: pl.DataFrame) -> tuple[int, int]:
+        """``(passages, current passages)``, counted from the canonical rows and their
+        ``documents`` (the frame ``documents()`` returned, row for row), without decoding a
+        passage."""
+        sections = self.canonical["passage_digests"].list.len()
+        current = (documents["status"] == "current").fill_null(False)
+        return int(sections.sum() or 0), int(sections.filter(current).sum() or 0)
+
+
+def verify_snapshot(
     snapshot_dir: Path | str, *, verify: bool = True, read: SnapshotFiles | None = None
-) -> Snapshot:
-    """Load a snapshot folder and verify it against its manifest digest.
+) -> VerifiedSnapshot:
+    """Read a snapshot folder and verify it against its manifest digest (``load_snapshot``
+    without building its tables).
 
     Each file is read and hashed once; documents whose file digest is in the snapshot store's
     parse cache are not parsed again. Raises ``CorpusError`` naming the manifest and the
@@ -1157,16 +1189,33 @@ def load_snapshot(
             )
         frozen_at = read.manifest.get("frozen_at")
         snapshot_id = read.manifest["snapshot_id"]
-    passages, document_table = tables_of(resolved.canonical)
-    return Snapshot(
+    return VerifiedSnapshot(
         snapshot_id=snapshot_id,
         corpus_digest=digest,
-        passages=passages,
+        canonical=resolved.canonical,
         document_digests=document_digests,
         frozen_at=frozen_at,
-        document_table=document_table,
         file_digests={f.version_id: f.file_digest for f in files},
         parsed=resolved.parsed.height,
+    )
+
+
+def load_snapshot(
+    snapshot_dir: Path | str, *, verify: bool = True, read: SnapshotFiles | None = None
+) -> Snapshot:
+    """Load a snapshot folder and verify it against its manifest digest (``verify_snapshot``),
+    with its passages and documents as frames."""
+    verified = verify_snapshot(snapshot_dir, verify=verify, read=read)
+    passages, document_table = tables_of(verified.canonical)
+    return Snapshot(
+        snapshot_id=verified.snapshot_id,
+        corpus_digest=verified.corpus_digest,
+        passages=passages,
+        document_digests=verified.document_digests,
+        frozen_at=verified.frozen_at,
+        document_table=document_table,
+        file_digests=verified.file_digests,
+        parsed=verified.parsed,
     )
 
 
@@ -1301,25 +1350,42 @@ def choose_snapshot(
 
 
 def snapshot_tables(snapshot: Snapshot, loaded_at: dt.datetime) -> dict[str, pl.DataFrame]:
-    """The rows kept for one snapshot, keyed by table: ``corpus_snapshots`` (one row),
-    ``corpus_documents`` and ``corpus_passages``, each carrying the corpus digest."""
+    """The rows kept for one snapshot, keyed by table: ``corpus_snapshots`` (one row,
+    ``snapshot_summary``), ``corpus_documents`` and ``corpus_passages``, each carrying the
+    corpus digest."""
     digest = snapshot.corpus_digest
     passages = snapshot.passages.with_columns(pl.lit(digest).alias("corpus_digest"))
     documents = snapshot.document_table.with_columns(pl.lit(digest).alias("corpus_digest"))
-    summary = pl.DataFrame(
+    summary = snapshot_summary(
+        snapshot,
+        passage_count=passages.height,
+        current_passage_count=passages.filter(pl.col("status") == "current").height,
+        loaded_at=loaded_at,
+    )
+    return {"corpus_snapshots": summary, "corpus_documents": documents, "corpus_passages": passages}
+
+
+def snapshot_summary(
+    snapshot: Snapshot | VerifiedSnapshot,
+    *,
+    passage_count: int,
+    current_passage_count: int,
+    loaded_at: dt.datetime,
+) -> pl.DataFrame:
+    """The ``corpus_snapshots`` row of a snapshot."""
+    return pl.DataFrame(
         [
             {
-                "corpus_digest": digest,
+                "corpus_digest": snapshot.corpus_digest,
                 "snapshot_id": snapshot.snapshot_id,
-                "document_count": snapshot.document_count,
-                "passage_count": passages.height,
-                "current_passage_count": passages.filter(pl.col("status") == "current").height,
+                "document_count": len(snapshot.document_digests),
+                "passage_count": passage_count,
+                "current_passage_count": current_passage_count,
                 "frozen_at": snapshot.frozen_at,
                 "loaded_at": loaded_at,
             }
         ]
     )
-    return {"corpus_snapshots": summary, "corpus_documents": documents, "corpus_passages": passages}
 
 
 def find_snapshot(corpus_root: Path | str, corpus_digest: str) -> Path | None:

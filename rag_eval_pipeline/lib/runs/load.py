@@ -27,7 +27,10 @@ from rag_eval_pipeline.lib.store.warehouse import (
 
 # The corpus tables are the large ones (the passages' text): loaded under this DuckDB memory
 # limit, their rows go to the database file as row groups fill rather than all into memory.
-CORPUS_LOAD_MEMORY = "256MB"
+# On 96,000 passages (157 MB of text) the insert takes 0.56 s and peaks 399 MB above the
+# process at 768MB, about what it takes with no limit (404 MB); at 256MB it took 1.02 s for
+# 255 MB. A larger library is held to the limit.
+CORPUS_LOAD_MEMORY = "768MB"
 
 
 class IncompleteRunError(RagEvalError):

@@ -18,9 +18,13 @@ temporary name, then renamed, so a reader never sees half a file; writing a part
 only that part.
 """
 
+import contextlib
 import json
 import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
 from upath import UPath
@@ -60,14 +64,66 @@ class RunStore:
         self._write_bytes_atomically(target, conform(frame, table))
         return target
 
+    def write_table_slices(
+        self, folder: UPath, table: str, frames: Iterable[pl.DataFrame], part: str = DEFAULT_PART
+    ) -> UPath:
+        """Write ``frames`` one after another (each conformed to ``table``) as the one part
+        ``<folder>/<table>/<part>.parquet``, a row group or more each, so the frames are never
+        held together: a caller that builds each frame only when asked for it holds two at a
+        time (one being written while the next is built). The part appears only once every
+        frame is written."""
+        import pyarrow.parquet as pq
+
+        target = folder / table / f"{part}.parquet"
+
+        def write(handle) -> None:
+            schema = conform(empty(table), table).to_arrow().schema
+            with (
+                pq.ParquetWriter(
+                    handle,
+                    schema,
+                    compression="zstd",
+                    compression_level=PARQUET_ZSTD_LEVEL,
+                    write_statistics=True,
+                ) as writer,
+                ThreadPoolExecutor(1) as pool,
+            ):
+                # Each frame is encoded and compressed on a thread (Arrow releases the GIL)
+                # while the caller builds the next one.
+                written = None
+                for frame in frames:
+                    rows = conform(frame, table).to_arrow().cast(schema)
+                    if written is not None:
+                        written.result()
+                    written = pool.submit(writer.write_table, rows)
+                if written is not None:
+                    written.result()
+
+        self._write_atomically(target, write)
+        return target
+
     def _write_bytes_atomically(self, target: UPath, frame: pl.DataFrame) -> None:
+        self._write_atomically(
+            target,
+            lambda handle: frame.write_parquet(
+                handle, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL, statistics=True
+            ),
+        )
+
+    @staticmethod
+    def _write_atomically(target: UPath, write: Callable[[BinaryIO], None]) -> None:
+        """``write`` into a temporary name beside ``target``, then rename it into place; a
+        failed write leaves no temporary file behind."""
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        with temporary.open("wb") as handle:
-            frame.write_parquet(
-                handle, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL, statistics=True
-            )
-        temporary.rename(target)
+        try:
+            with temporary.open("wb") as handle:
+                write(handle)
+            temporary.rename(target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
 
     def parts(self, folder: UPath, table: str) -> list[UPath]:
         directory = folder / table

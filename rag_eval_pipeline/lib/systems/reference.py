@@ -173,6 +173,9 @@ class ReferenceSystem:
         return Response(False, None, answer, cited, context_ids, best)
 
 
+ANALYSE_CHUNK = 500
+
+
 @lru_cache(maxsize=65536)
 def analysed_sentences(text: str) -> AnalysedPassage:
     """A passage's sentences with their content terms, cached: the same passages are sent as
@@ -186,14 +189,20 @@ def analyse_passages(
     """``analysed_sentences`` of many passages at once (by text): every passage split into
     sentences and every sentence's terms found in one batch (``text.split_sentences``,
     ``text.term_sets``), the same sentences and terms as one by one. With ``within`` (the
-    questions' terms), each sentence keeps only those terms: all the answer step compares."""
+    questions' terms), each sentence keeps only those terms: all the answer step compares.
+
+    The passages are analysed ``ANALYSE_CHUNK`` at a time, so Polars' token tables are a chunk's
+    (10,600 passages, 176,000 sentences: a peak of 174 MB above the start instead of 327 MB,
+    and 1.8 s instead of 2.2 s)."""
     unique = list(dict.fromkeys(texts))
-    split = split_sentences(unique)
-    terms = iter(term_sets([sentence for parts in split for sentence in parts], within))
-    return {
-        text: tuple(zip(parts, islice(terms, len(parts)), strict=True))
-        for text, parts in zip(unique, split, strict=True)
-    }
+    analysed: dict[str, AnalysedPassage] = {}
+    for start in range(0, len(unique), ANALYSE_CHUNK):
+        chunk = unique[start : start + ANALYSE_CHUNK]
+        split = split_sentences(chunk)
+        terms = iter(term_sets([sentence for parts in split for sentence in parts], within))
+        for text, parts in zip(chunk, split, strict=True):
+            analysed[text] = tuple(zip(parts, islice(terms, len(parts)), strict=True))
+    return analysed
 
 
 def extractive_answer(
