@@ -247,6 +247,55 @@ def test_the_bm25_index_does_not_depend_on_threads_or_chunks(bundled_passages, m
             assert np.array_equal(threaded.dense[rows[0]], whole.dense[rows[1]]), stem
 
 
+def test_a_cached_bm25_index_is_the_built_one(bundled_passages, bundled_questions, tmp_path):
+    """The reference system keeps its BM25 index under ``index_cache``, named by a digest of the
+    passages and settings: a second system over the same passages reads it (building is not
+    called) and ranks exactly as the first; other settings or another passage build their own,
+    and an unreadable file is built again and replaced."""
+    from upath import UPath
+
+    from rag_eval_pipeline.lib.systems.reference import ReferenceConfig, ReferenceSystem
+
+    cache = UPath(tmp_path / "cache")
+    queries = [Query(f"q{i}", question) for i, question in enumerate(bundled_questions)]
+    first = ReferenceSystem(bundled_passages, index_cache=cache)
+    expected = first.retrieve_batch(queries, 10)
+    (stored,) = list(cache.iterdir())
+    assert stored.name == f"{first.index_key()}.npz"
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the index was built again")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BM25Index, "build", no_build)
+        second = ReferenceSystem(bundled_passages, index_cache=cache)
+        assert second.retrieve_batch(queries, 10) == expected
+    for name in ("indptr", "indices", "weights", "dense_row", "dense"):
+        assert np.array_equal(getattr(second.index(), name), getattr(first.index(), name))
+    assert second.index().vocabulary == first.index().vocabulary
+
+    other_k1 = ReferenceSystem(bundled_passages, ReferenceConfig(k1=1.2), index_cache=cache)
+    edited = bundled_passages.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0)
+        .then(pl.lit("0" * 64))
+        .otherwise(pl.col("passage_digest"))
+        .alias("passage_digest")
+    )
+    keys = {first.index_key(), other_k1.index_key()}
+    keys.add(ReferenceSystem(edited, index_cache=cache).index_key())
+    assert len(keys) == 3
+    other_k1.index()
+    assert len(list(cache.iterdir())) == 2
+
+    stored.write_bytes(b"not an index")
+    third = ReferenceSystem(bundled_passages, index_cache=cache)
+    with pytest.warns(UserWarning, match="unreadable BM25 index, built again"):
+        assert third.retrieve_batch(queries, 10) == expected
+    with stored.open("rb") as handle:
+        assert BM25Index.load(handle).count == first.index().count
+    assert not [path for path in cache.iterdir() if path.name.endswith(".tmp")]
+
+
 def test_the_bm25_index_is_bm25s_index(bundled_passages):
     current = bundled_passages.filter(pl.col("status") == "current").sort("passage_id")
     texts = current.select(

@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import polars as pl
+from upath import UPath
 
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import Suite, load_suite
@@ -139,10 +140,14 @@ class SystemResource(dg.ConfigurableResource, ABC):
         the run's identity."""
 
     @abstractmethod
-    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
+    def build(
+        self, passages: pl.DataFrame, capture: Path | None = None, cache: UPath | None = None
+    ) -> SystemUnderTest:
         """The system, over the snapshot's passages. ``capture`` is the run's trace file: a live
         system writes what it did there (retrieval step) and reads its answers back from it
-        (generation step, perhaps in another process); the in-process systems ignore it."""
+        (generation step, perhaps in another process); the in-process systems ignore it.
+        ``cache`` is a folder where a system may keep what it derives from the passages alone
+        (the reference system's BM25 index) for the next run over the same passages."""
 
     def max_system_error_share(self) -> float:
         """The share of items that may end in a system error before the run fails."""
@@ -170,8 +175,10 @@ class ReferenceSystemResource(SystemResource):
     def config(self) -> dict:
         return {"system_id": ReferenceSystem.system_id, **self.settings().identity()}
 
-    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
-        return ReferenceSystem(passages, self.settings())
+    def build(
+        self, passages: pl.DataFrame, capture: Path | None = None, cache: UPath | None = None
+    ) -> SystemUnderTest:
+        return ReferenceSystem(passages, self.settings(), index_cache=cache)
 
 
 class ReplaySystemResource(SystemResource):
@@ -187,7 +194,9 @@ class ReplaySystemResource(SystemResource):
 
         return ReplaySystem.config_of(project_path(self.path))
 
-    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
+    def build(
+        self, passages: pl.DataFrame, capture: Path | None = None, cache: UPath | None = None
+    ) -> SystemUnderTest:
         from rag_eval_pipeline.lib.systems.capture import RecordedReplaySystem
 
         return RecordedReplaySystem(project_path(self.path), passages)
@@ -229,7 +238,9 @@ class HttpSystemResource(SystemResource):
         )
         return identity_config(self.base_url, health.system_version, self.allow_corpus_mismatch)
 
-    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
+    def build(
+        self, passages: pl.DataFrame, capture: Path | None = None, cache: UPath | None = None
+    ) -> SystemUnderTest:
         from rag_eval_pipeline.lib.systems.http import HttpSystem
 
         if capture is None:

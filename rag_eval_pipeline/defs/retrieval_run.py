@@ -91,7 +91,11 @@ def retrieve_shard(
     store = warehouse_db.run_store()
     run_dir = store.run_dir(record.eval_run_id)
     passages, mine = shard_inputs(store, spec, record)
-    the_system = system.build(passages, warehouse_db.capture_path(record.eval_run_id, spec.part))
+    the_system = system.build(
+        passages,
+        warehouse_db.capture_path(record.eval_run_id, spec.part),
+        cache=store.cache_dir("systems"),
+    )
     run_id = pl.lit(record.eval_run_id).alias("eval_run_id")
     results = retrieval_results(the_system, mine, passages, record.settings.retrieval_depth)
     store.write_table(run_dir, "retrieval_results", results.with_columns(run_id), spec.part)

@@ -31,14 +31,16 @@ class FlakyReferenceSystemResource(ReferenceSystemResource):
     fail_part: str
     fail_while: str
 
-    def build(self, passages: pl.DataFrame, capture: Path | None = None) -> SystemUnderTest:
+    def build(
+        self, passages: pl.DataFrame, capture: Path | None = None, cache=None
+    ) -> SystemUnderTest:
         if (
             capture is not None
             and capture.stem == self.fail_part
             and Path(self.fail_while).exists()
         ):
             raise InjectedShardFailure(f"{self.fail_part} fails while {self.fail_while} exists")
-        return super().build(passages, capture)
+        return super().build(passages, capture, cache)
 
 
 def flaky_nightly(

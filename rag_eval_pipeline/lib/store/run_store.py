@@ -12,10 +12,16 @@ Layout (content-addressed where the content is)::
     <root>/golden/<golden_digest>/golden_drift/<corpus_digest>.parquet
     <root>/runs/<eval_run_id>/run.json                           the run record
     <root>/runs/<eval_run_id>/<table>/<part>.parquet             retrieval_results, ...
+    <root>/cache/systems/<key>.npz                                the reference system's BM25
+                                                                  index (a cache, see below)
 
 Every file is shaped by its warehouse table's schema (``tables.conform``) and written to a
 temporary name, then renamed, so a reader never sees half a file; writing a part again replaces
 only that part.
+
+``cache/`` holds what a system derives from the passages alone, named by a digest of everything
+it depends on (the reference system's BM25 index: ``ReferenceSystem.index_key``), so a night
+over an unchanged corpus reads it instead of building it. Deleting the folder costs one build.
 """
 
 import contextlib
@@ -132,6 +138,10 @@ class RunStore:
         return sorted(
             (p for p in directory.iterdir() if p.name.endswith(".parquet")), key=lambda p: p.name
         )
+
+    def cache_dir(self, name: str) -> UPath:
+        """``<root>/cache/<name>``: derived data, safe to delete (module docstring)."""
+        return self.root / "cache" / name
 
     def local_files(self, folder: UPath, table: str) -> list[str] | None:
         """The parts of ``<folder>/<table>`` as local file paths, for a reader that opens files

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -51,6 +52,8 @@ DEPTH_MARGIN = 16
 DENSE_SHARE = 0.25
 BLOCK_FLOATS = 1 << 23
 CHUNK_BYTES = 8 << 20
+# What ``BM25Index.save`` writes; a file of another format is not read.
+INDEX_FORMAT = 1
 
 _python_tokens = re.compile(TOKEN_PATTERN).findall
 
@@ -279,15 +282,59 @@ class BM25Index:
             documents[positions] = passages
             weights[positions] = (idf[token_ids] * (tf / (denominator + tf))).astype(np.float32)
             fill += counts
-        stems = dict(vocabulary.stems)
+        return cls._of(count, dict(vocabulary.stems), indptr, documents, weights)
+
+    @classmethod
+    def _of(cls, count, vocabulary, indptr, documents, weights) -> "BM25Index":
+        """The index of these postings, with dense rows for the tokens in at least
+        ``DENSE_SHARE`` of the passages."""
+        df = np.diff(indptr)
         hot = np.flatnonzero(df >= max(1, DENSE_SHARE * count))
-        dense_row = np.full(vocabulary_size, -1, dtype=np.int64)
+        dense_row = np.full(df.size, -1, dtype=np.int64)
         dense_row[hot] = np.arange(hot.size)
         dense = np.zeros((hot.size, count), dtype=np.float32)
         for row, token in enumerate(hot.tolist()):
             start, stop = indptr[token], indptr[token + 1]
             dense[row, documents[start:stop]] = weights[start:stop]
-        return cls(count, stems, indptr, documents, weights, dense_row, dense)
+        return cls(count, vocabulary, indptr, documents, weights, dense_row, dense)
+
+    def save(self, handle: BinaryIO) -> None:
+        """The index as one uncompressed NumPy ``.npz`` (``load`` reads it back): the postings,
+        their weights and the stems in id order; the dense rows are rebuilt from the postings
+        when loaded."""
+        stems = sorted(self.vocabulary, key=self.vocabulary.__getitem__)
+        np.savez(
+            handle,
+            format=np.array([INDEX_FORMAT]),
+            count=np.array([self.count]),
+            indptr=self.indptr,
+            indices=self.indices,
+            weights=self.weights,
+            stems=np.array(stems, dtype=np.str_),
+        )
+
+    @classmethod
+    def load(cls, handle: BinaryIO) -> "BM25Index":
+        """An index written by ``save``; ``ValueError`` when the file is not one (another
+        format, or arrays that do not fit together)."""
+        with np.load(handle, allow_pickle=False) as arrays:
+            if int(arrays["format"][0]) != INDEX_FORMAT:
+                raise ValueError(
+                    f"BM25 index format {int(arrays['format'][0])}, not {INDEX_FORMAT}"
+                )
+            count = int(arrays["count"][0])
+            indptr, indices, weights = arrays["indptr"], arrays["indices"], arrays["weights"]
+            stems = arrays["stems"].tolist()
+        if not (
+            indptr.size == len(stems) + 1
+            and indptr[0] == 0
+            and bool((np.diff(indptr) >= 0).all())
+            and indptr[-1] == indices.size == weights.size
+            and (indices.size == 0 or (indices.min() >= 0 and indices.max() < count))
+        ):
+            raise ValueError("BM25 index arrays do not fit together")
+        vocabulary = {stem: position for position, stem in enumerate(stems)}
+        return cls._of(count, vocabulary, indptr, indices, weights)
 
     def scores(self, token_lists: Sequence[Sequence[int]]) -> np.ndarray:
         """Float32 scores (questions x passages) of a block of questions given as token ids.

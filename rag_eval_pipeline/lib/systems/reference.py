@@ -12,18 +12,25 @@ BM25 (bm25s, Snowball stemming, English stop words) over the passages whose docu
 4. citation check: an answer citing an id that is not in the context sent is rejected.
 """
 
+import hashlib
+import json
 import math
 import os
+import uuid
+import warnings
+import zipfile
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from importlib.metadata import version as _version
 from itertools import islice
 
 import polars as pl
 import Stemmer
+from upath import UPath
 
 from rag_eval_pipeline.lib.systems import guardrails
-from rag_eval_pipeline.lib.systems.bm25 import BM25Index, query_tokens
+from rag_eval_pipeline.lib.systems.bm25 import INDEX_FORMAT, BM25Index, query_tokens
 from rag_eval_pipeline.lib.systems.protocol import ContextPassage, Hit, Query, Response
 from rag_eval_pipeline.lib.text import content_terms, sentences, split_sentences, term_sets
 
@@ -56,14 +63,21 @@ class ReferenceSystem:
 
     system_id = "reference-bm25"
 
-    def __init__(self, passages: pl.DataFrame, settings: ReferenceConfig | None = None):
+    def __init__(
+        self,
+        passages: pl.DataFrame,
+        settings: ReferenceConfig | None = None,
+        index_cache: UPath | None = None,
+    ):
         self.settings = settings or ReferenceConfig()
         eligible = passages
         if self.settings.current_only:
             eligible = passages.filter(pl.col("status") == "current")
-        self._eligible = eligible.select("passage_id", "title", "section_title", "text").sort(
-            "passage_id"
-        )
+        columns = ["passage_id", "title", "section_title", "text"]
+        if "passage_digest" in eligible.columns:
+            columns.append("passage_digest")
+        self._eligible = eligible.select(columns).sort("passage_id")
+        self._index_cache = index_cache
         self._ids: list[str] = self._eligible["passage_id"].to_list()
         self._texts: dict[str, str] = {}
         self._stemmer = Stemmer.Stemmer("english")
@@ -73,16 +87,67 @@ class ReferenceSystem:
         return {"system_id": self.system_id, **self.settings.identity()}
 
     def index(self) -> BM25Index:
-        """The BM25 index over title, section title and text of every eligible passage."""
+        """The BM25 index over title, section title and text of every eligible passage: read
+        from ``index_cache`` when an index of exactly these passages and settings is there
+        (``index_key``), else built, and then kept there for the next run."""
         if self._index is None:
-            self._index = BM25Index.build(
-                self._eligible.select("title", "section_title", "text"),
-                k1=self.settings.k1,
-                b=self.settings.b,
-                stemmer=self._stemmer,
-                threads=self.settings.threads or os.cpu_count() or 1,
-            )
+            cached = self._cached_index_path()
+            if cached is not None and cached.exists():
+                try:
+                    with cached.open("rb") as handle:
+                        self._index = BM25Index.load(handle)
+                except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+                    warnings.warn(
+                        f"{cached}: unreadable BM25 index, built again ({error})", stacklevel=2
+                    )
+                if self._index is not None and self._index.count != self._eligible.height:
+                    warnings.warn(
+                        f"{cached}: BM25 index of another corpus, built again", stacklevel=2
+                    )
+                    self._index = None
+            if self._index is None:
+                self._index = BM25Index.build(
+                    self._eligible.select("title", "section_title", "text"),
+                    k1=self.settings.k1,
+                    b=self.settings.b,
+                    stemmer=self._stemmer,
+                    threads=self.settings.threads or os.cpu_count() or 1,
+                )
+                if cached is not None:
+                    _write_atomically(cached, self._index.save)
         return self._index
+
+    def index_key(self) -> str | None:
+        """What the BM25 index is a function of, as a SHA-256: the eligible passages (ids and
+        digests, in index order; a passage digest pins its title, section title and text), k1
+        and b, the tokenizer and the libraries that define it. None when the passages carry no
+        digests (then the index is never cached)."""
+        if "passage_digest" not in self._eligible.columns:
+            return None
+        identity = hashlib.sha256()
+        identity.update(
+            json.dumps(
+                {
+                    "format": INDEX_FORMAT,
+                    "k1": self.settings.k1,
+                    "b": self.settings.b,
+                    "fields": ["title", "section_title", "text"],
+                    "bm25s": _version("bm25s"),
+                    "PyStemmer": _version("PyStemmer"),
+                    "polars": _version("polars"),
+                },
+                sort_keys=True,
+            ).encode()
+        )
+        for passage_id, digest in self._eligible.select("passage_id", "passage_digest").iter_rows():
+            identity.update(f"\n{passage_id} {digest}".encode())
+        return identity.hexdigest()
+
+    def _cached_index_path(self) -> UPath | None:
+        if self._index_cache is None:
+            return None
+        key = self.index_key()
+        return None if key is None else self._index_cache / f"{key}.npz"
 
     def _text_of(self, passage_ids: set[str]) -> dict[str, str]:
         """The texts of ``passage_ids`` (eligible passages only), kept for later answers."""
@@ -246,3 +311,18 @@ def extractive_answer(
     parts = [f"{candidates[i][1]} [{candidates[i][0]}]" for i in chosen]
     cited = tuple(dict.fromkeys(candidates[i][0] for i in chosen))
     return " ".join(parts), cited
+
+
+def _write_atomically(target: UPath, write) -> None:
+    """``write(handle)`` into a temporary name beside ``target``, then renamed into place (a
+    cache another process reads must never be half written); a failure leaves nothing."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with temporary.open("wb") as handle:
+            write(handle)
+        temporary.rename(target)
+    except BaseException:
+        if temporary.exists():
+            temporary.unlink()
+        raise
