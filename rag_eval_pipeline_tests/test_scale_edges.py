@@ -50,6 +50,9 @@ from rag_eval_pipeline.lib.text import (
     text_facts,
     text_facts_of,
 )
+from rag_eval_pipeline.lib.text import (
+    restricted as restricted_facts,
+)
 
 from .conftest import materialize_night
 
@@ -387,6 +390,10 @@ def test_batched_text_analysis_is_the_python_analysis(bundled_passages, monkeypa
     within = {"fridg", "label", "4"}
     restricted = term_sets(pieces, within)
     assert restricted == [frozenset(content_terms(piece)) & within for piece in pieces]
+    numbers_within = {"4.5", "8"}
+    assert text_facts(pieces, terms=within, numbers=numbers_within) == [
+        restricted_facts(text_facts_of(piece), within, numbers_within) for piece in pieces
+    ]
 
 
 def test_corpus_tables_load_the_same_from_parquet_and_from_a_frame(tmp_path):
