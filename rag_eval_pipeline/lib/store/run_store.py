@@ -44,6 +44,21 @@ DEFAULT_PART = "part-0000"
 PARQUET_ZSTD_LEVEL = 1
 
 
+def write_atomically(target: UPath, write: Callable[[BinaryIO], None]) -> None:
+    """``write`` into a temporary name beside ``target``, then rename it into place, so a reader
+    never sees half a file; a failed write leaves no temporary file behind."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with temporary.open("wb") as handle:
+            write(handle)
+        temporary.rename(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+
+
 class RunStore:
     """Parquet tables of snapshots, golden sets and evaluation runs under one root."""
 
@@ -105,31 +120,16 @@ class RunStore:
                 if written is not None:
                     written.result()
 
-        self._write_atomically(target, write)
+        write_atomically(target, write)
         return target
 
     def _write_bytes_atomically(self, target: UPath, frame: pl.DataFrame) -> None:
-        self._write_atomically(
+        write_atomically(
             target,
             lambda handle: frame.write_parquet(
                 handle, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL, statistics=True
             ),
         )
-
-    @staticmethod
-    def _write_atomically(target: UPath, write: Callable[[BinaryIO], None]) -> None:
-        """``write`` into a temporary name beside ``target``, then rename it into place; a
-        failed write leaves no temporary file behind."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            with temporary.open("wb") as handle:
-                write(handle)
-            temporary.rename(target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
-            raise
 
     def parts(self, folder: UPath, table: str) -> list[UPath]:
         directory = folder / table

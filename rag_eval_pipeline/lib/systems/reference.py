@@ -16,7 +16,6 @@ import hashlib
 import json
 import math
 import os
-import uuid
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence, Set
@@ -29,6 +28,7 @@ import polars as pl
 import Stemmer
 from upath import UPath
 
+from rag_eval_pipeline.lib.store.run_store import write_atomically
 from rag_eval_pipeline.lib.systems import guardrails
 from rag_eval_pipeline.lib.systems.bm25 import INDEX_FORMAT, BM25Index, query_tokens
 from rag_eval_pipeline.lib.systems.protocol import ContextPassage, Hit, Query, Response
@@ -114,7 +114,7 @@ class ReferenceSystem:
                     threads=self.settings.threads or os.cpu_count() or 1,
                 )
                 if cached is not None:
-                    _write_atomically(cached, self._index.save)
+                    write_atomically(cached, self._index.save)
         return self._index
 
     def index_key(self) -> str | None:
@@ -311,18 +311,3 @@ def extractive_answer(
     parts = [f"{candidates[i][1]} [{candidates[i][0]}]" for i in chosen]
     cited = tuple(dict.fromkeys(candidates[i][0] for i in chosen))
     return " ".join(parts), cited
-
-
-def _write_atomically(target: UPath, write) -> None:
-    """``write(handle)`` into a temporary name beside ``target``, then renamed into place (a
-    cache another process reads must never be half written); a failure leaves nothing."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with temporary.open("wb") as handle:
-            write(handle)
-        temporary.rename(target)
-    except BaseException:
-        if temporary.exists():
-            temporary.unlink()
-        raise
