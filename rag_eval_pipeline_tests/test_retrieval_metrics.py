@@ -130,17 +130,29 @@ def test_equals_pytrec_eval_per_query_on_random_runs(seed, rel_level):
 
 
 def laid_out(run: pl.DataFrame, layout: str, monkeypatch, *, block: int, seed: int):
-    """``run`` as the layout asks: as built (query by query), shuffled (the SQL top-n), or as
-    built with NumPy blocks of ``block`` scores; checks which path the kernel will take."""
+    """``run`` as the layout asks: as built (query by query), shuffled (the SQL top-n), as
+    built with NumPy blocks of ``block`` scores, listed by rank as a run file is (every query's
+    scores never increase: NumPy takes its first rows), or half of the queries so; checks which
+    path the kernel will take."""
     if layout == "shuffled":
         run = run.sample(fraction=1.0, shuffle=True, seed=seed)
+    if layout in ("by rank", "half by rank"):
+        every = layout == "by rank"
+        by_rank = run.with_row_index("row").with_columns(
+            order=pl.when(pl.lit(every) | (pl.col("query_id").rank("dense") % 2 == 0))
+            .then(-pl.col("score"))
+            .otherwise(pl.col("row").cast(pl.Float64))
+        )
+        run = by_rank.sort("query_id", "order").drop("row", "order")
     if layout == "small blocks":
         monkeypatch.setattr(retrieval, "BLOCK_SCORES", block)
     assert (retrieval._stretches(run["query_id"]) is None) == (layout == "shuffled")
     return run
 
 
-@pytest.mark.parametrize("layout", ["query by query", "shuffled", "small blocks"])
+@pytest.mark.parametrize(
+    "layout", ["query by query", "shuffled", "small blocks", "by rank", "half by rank"]
+)
 def test_both_top_n_paths_equal_pytrec_eval(layout, monkeypatch):
     """A run listed query by query is ranked by NumPy (``_listed_in_stretches``), a shuffled one
     by SQL (``top_rows``); small blocks make NumPy gather stretches that are not adjacent (its
@@ -174,7 +186,7 @@ def deep_collection(seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     return run, qrels
 
 
-@pytest.mark.parametrize("layout", ["query by query", "shuffled", "small blocks"])
+@pytest.mark.parametrize("layout", ["query by query", "shuffled", "small blocks", "by rank"])
 @pytest.mark.parametrize("measures", [["RR", "AP", "P@3"], ["AP", "nDCG@40"]])
 def test_ranks_below_the_cut_off_equal_pytrec_eval(layout, measures, monkeypatch):
     """AP and RR without a cut-off rank every relevant row (``_ranked_below``): by stretches of

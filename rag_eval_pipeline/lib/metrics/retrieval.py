@@ -162,14 +162,25 @@ def _concatenated_ranges(starts, sizes):
     return np.repeat(starts, sizes) + np.arange(int(sizes.sum())) - before
 
 
+def _top_of_rows(values, depth: int):
+    """Each row's ``depth`` highest columns, by descending value (ties in any order)."""
+    import numpy as np
+
+    length = values.shape[1]
+    top = np.argpartition(values, length - depth, axis=1)[:, length - depth :]
+    order = np.argsort(-np.take_along_axis(values, top, axis=1), axis=1)
+    return np.take_along_axis(top, order, axis=1)
+
+
 def _listed_in_stretches(scores, lengths, depth: int) -> pl.DataFrame:
     """``group, rows, rank``: for each stretch of ``scores`` (NumPy; ``lengths`` its stretches in
     order; a stretch's number is its group), the row numbers of its ``depth`` highest scores, by
     descending score (ties in any order), or all its rows when it has no more than ``depth``.
 
     NumPy, one block of same-length stretches at a time (``_same_length_blocks``, a view of the
-    run when the stretches are adjacent): ``argpartition`` finds each row's ``depth`` highest,
-    then only those are sorted. The order is only a head start: the caller checks it and sorts
+    run when the stretches are adjacent): a stretch listed by rank (as a run file is) has its
+    ``depth`` highest first, which a check of its first ``depth`` scores and the maximum of
+    the rest proves; in the others ``argpartition`` finds them, then only those are sorted. The order is only a head start: the caller checks it and sorts
     exactly wherever scores do not strictly decrease. On 100,000 queries x 100 rows this takes
     about a third of the time of DuckDB's grouped top-n (``top_rows``), which needs no
     contiguity and is used otherwise."""
@@ -191,9 +202,20 @@ def _listed_in_stretches(scores, lengths, depth: int) -> pl.DataFrame:
         part, length = block
         begin = starts[part]
         values = _block_scores(scores, begin, length)
-        picked = np.argpartition(values, length - depth, axis=1)[:, length - depth :]
-        order = np.argsort(-np.take_along_axis(values, picked, axis=1), axis=1)
-        picked = np.take_along_axis(picked, order, axis=1)
+        # A run file lists each query's rows by rank: where a stretch's first ``depth`` scores
+        # never increase and none after them is higher, they are its highest, in order; only
+        # the other stretches are partitioned.
+        head = values[:, :depth]
+        listed = (head[:, 1:] <= head[:, :-1]).all(axis=1)
+        if listed.any():
+            maybe = np.flatnonzero(listed)
+            listed[maybe] = values[maybe, depth:].max(axis=1) <= head[maybe, -1]
+        if not listed.any():
+            picked = _top_of_rows(values, depth)
+        else:
+            picked = np.broadcast_to(np.arange(depth), (part.size, depth)).copy()
+            if not listed.all():
+                picked[~listed] = _top_of_rows(values[~listed], depth)
         return np.repeat(part, depth), (begin[:, None] + picked).reshape(-1)
 
     # NumPy's partition and sort release the GIL: the blocks are shared by the cores.
