@@ -30,7 +30,13 @@ from upath import UPath
 
 from rag_eval_pipeline.lib.store.run_store import write_atomically
 from rag_eval_pipeline.lib.systems import guardrails
-from rag_eval_pipeline.lib.systems.bm25 import INDEX_FORMAT, BM25Index, query_tokens
+from rag_eval_pipeline.lib.systems.bm25 import (
+    INDEX_FORMAT,
+    TOKEN_PATTERN,
+    BM25Index,
+    query_tokens,
+    stop_words,
+)
 from rag_eval_pipeline.lib.systems.protocol import ContextPassage, Hit, Query, Response
 from rag_eval_pipeline.lib.text import content_terms, sentences, split_sentences, term_sets
 
@@ -120,7 +126,7 @@ class ReferenceSystem:
     def index_key(self) -> str | None:
         """What the BM25 index is a function of, as a SHA-256: the eligible passages (ids and
         digests, in index order; a passage digest pins its title, section title and text), k1
-        and b, the tokenizer and the libraries that define it. None when the passages carry no
+        and b, the tokenizer (its pattern and stop words) and the libraries that define it. None when the passages carry no
         digests (then the index is never cached)."""
         if "passage_digest" not in self._eligible.columns:
             return None
@@ -132,6 +138,8 @@ class ReferenceSystem:
                     "k1": self.settings.k1,
                     "b": self.settings.b,
                     "fields": ["title", "section_title", "text"],
+                    "token_pattern": TOKEN_PATTERN,
+                    "stop_words": sorted(stop_words()),
                     "bm25s": _version("bm25s"),
                     "PyStemmer": _version("PyStemmer"),
                     "polars": _version("polars"),
