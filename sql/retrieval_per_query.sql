@@ -2,7 +2,8 @@
 -- Relations: run(query_id, score, row) (row: its row number; only for top_rows), qrels(query_id,
 -- doc_id, grade), and for measures ranked(query_id, doc_id, rank): each query's first max(k)
 -- rows in trec_eval's order and, when $need_uncut, its relevant rows ranked below them, each
--- with its rank among all of the query's rows.
+-- with its rank among all of the query's rows; retrieved(query_id): the queries with a row at
+-- rank 1 (only read without $complete; the caller passes none with it).
 -- Parameters: $rel_level (grade counted relevant), $ks (cut-offs, at least one), $complete (score
 -- queries that have relevant passages but no retrieved row as 0, like trec_eval -c),
 -- $need_uncut (compute AP and RR without a cut-off; ranked then holds every relevant row),
@@ -46,21 +47,24 @@ FROM run
 GROUP BY query_id
 
 -- name: measures
--- Per query: its relevant passages, and its max(k) highest positive grades (the ideal order).
+-- Per query: its relevant passages, and its max(k) highest positive grades (the ideal order); a
+-- row judged neither relevant nor with a positive grade adds to neither, so it is not read.
 WITH judged AS (
     SELECT
         query_id,
         count(*) FILTER (WHERE grade >= $rel_level) AS n_rel,
         max(grade, list_max($ks)) FILTER (WHERE grade > 0) AS ideal_gains
     FROM qrels
+    WHERE grade > 0 OR grade >= $rel_level
     GROUP BY query_id
 ),
--- Every query of the run has a row at rank 1. qn numbers the scored queries in id order.
+-- Every query of the run has a row at rank 1 (retrieved). qn numbers the scored queries in id
+-- order.
 scored AS (
     SELECT query_id, n_rel, ideal_gains, row_number() OVER (ORDER BY query_id) AS qn
     FROM judged
     WHERE n_rel > 0
-      AND ($complete OR query_id IN (SELECT query_id FROM ranked WHERE rank = 1))
+      AND ($complete OR query_id IN (SELECT query_id FROM retrieved))
 ),
 -- Only a judged passage can add gain or relevance; one judged below every threshold adds neither.
 judged_top AS (

@@ -501,9 +501,14 @@ class RankedRun:
     def measures(self, qrels: pl.DataFrame, *, complete: bool = True) -> pl.DataFrame:
         """Per-query values, ``query_id, measure, k, value``, sorted (``per_query``)."""
         ks = sorted({k for _, k in self.wanted if k is not None}) or [1]
+        # The queries the run retrieved anything for: only needed without ``complete``.
+        retrieved = self.ranked.filter(pl.col("rank") == 1).select("query_id")
+        if complete:
+            retrieved = retrieved.clear()
         with _kernel_database() as connection:
             connection.register("qrels", ArrowStream(_qrels_frame(qrels)))
             connection.register("ranked", ArrowStream(self.ranked))
+            connection.register("retrieved", ArrowStream(retrieved))
             return pl.DataFrame(
                 connection.sql(
                     sql_query("retrieval_per_query", "measures"),
