@@ -408,3 +408,27 @@ def test_a_missing_score_is_refused(bad_score):
     qrels = pl.DataFrame({"query_id": ["q"], "doc_id": ["a"], "grade": [3]})
     with pytest.raises(ValueError, match="null or NaN score"):
         per_query(run, qrels, ["P@1"])
+
+
+def test_a_perfect_ranking_scores_exactly_one_and_nothing_scores_above_one():
+    """A run's DCG and the ideal DCG are summed alike: the same terms (gain / log2(rank + 1)),
+    added in rank order (not in whatever order DuckDB's threads combine partial sums, which made
+    a perfect ranking 1.0000000000000004 now and then). So a run listing every judged passage in
+    grade order has nDCG exactly 1.0 at every cut-off, whatever the grades, every time."""
+    rng = np.random.default_rng(11)
+    run_rows, qrels_rows = [], []
+    for query in range(4000):
+        grades = np.sort(rng.integers(1, 8, int(rng.integers(1, 26))))[::-1]
+        for position, grade in enumerate(grades.tolist()):
+            doc = f"d{position:03d}"
+            qrels_rows.append((f"q{query:04d}", doc, grade))
+            run_rows.append((f"q{query:04d}", doc, float(100 - position)))
+    run = pl.DataFrame(run_rows, schema=["query_id", "doc_id", "score"], orient="row")
+    qrels = pl.DataFrame(qrels_rows, schema=["query_id", "doc_id", "grade"], orient="row")
+    values = per_query(
+        run, qrels, ["nDCG@5", "nDCG@7", "nDCG@20", "nDCG_exp@20", "AP", "RR"], rel_level=1
+    )
+    assert values["value"].max() <= 1.0
+    ndcg = values.filter(pl.col("measure").str.starts_with("nDCG"))
+    assert ndcg.height == 4000 * 4
+    assert (ndcg["value"] == 1.0).all()

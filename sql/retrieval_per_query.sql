@@ -18,7 +18,7 @@
 -- Queries with no passage at or above $rel_level are not scored here (the caller counts them).
 --
 -- Speed and memory: the run is never sorted, exploded or held at once, and no string is compared
--- per run row beyond grouping by query. The caller (retrieval.per_query) finds, per query, the
+-- per run row beyond grouping by query. The caller (retrieval.rank_run) finds, per query, the
 -- positions (the run's row numbers) of its max(k) + 1 highest scores: with NumPy when the run
 -- lists each query's rows together (as a TREC run does), else with top_rows, a numeric top-n
 -- aggregate grouped by query id (it costs about what max(score, n) does, where ordering by the
@@ -86,39 +86,28 @@ at_k AS (
         c.k,
         count(*) FILTER (WHERE r.relevant) AS rel_ret,
         min(r.rank) FILTER (WHERE r.relevant) AS first_rel,
-        sum(r.gain / log2(r.rank + 1)) AS dcg,
-        sum((pow(2, r.gain) - 1) / log2(r.rank + 1)) AS dcg_exp
+        list_sum(list(r.gain / log2(r.rank + 1) ORDER BY r.rank)) AS dcg,
+        list_sum(list((pow(2, r.gain) - 1) / log2(r.rank + 1) ORDER BY r.rank)) AS dcg_exp
     FROM judged_rows AS r
     JOIN cutoffs AS c ON r.rank <= c.k
     GROUP BY r.query_id, c.k
 ),
--- The ideal order's gains at each cut-off; DCG is their dot product with the discounts
--- 1 / log2(rank + 1) of ranks 1 .. (number of gains).
-ideal_top AS (
+ideal_at_k AS (
     SELECT
         s.query_id,
         s.qn,
         c.k,
         s.n_rel,
-        list_slice(s.ideal_gains, 1, c.k)::DOUBLE[] AS gains
+        list_sum(
+            list_transform(list_slice(s.ideal_gains, 1, c.k), lambda g, i: g / log2(i + 1))
+        ) AS idcg,
+        list_sum(
+            list_transform(
+                list_slice(s.ideal_gains, 1, c.k), lambda g, i: (pow(2, g) - 1) / log2(i + 1)
+            )
+        ) AS idcg_exp
     FROM scored AS s
     CROSS JOIN cutoffs AS c
-),
-ideal_at_k AS (
-    SELECT
-        i.query_id,
-        i.qn,
-        i.k,
-        i.n_rel,
-        list_dot_product(i.gains, list_slice(d.discounts, 1, len(i.gains))) AS idcg,
-        list_dot_product(
-            list_transform(i.gains, lambda g: pow(2, g) - 1),
-            list_slice(d.discounts, 1, len(i.gains))
-        ) AS idcg_exp
-    FROM ideal_top AS i
-    CROSS JOIN (
-        SELECT list_transform(range(1, list_max($ks) + 1), lambda r: 1 / log2(r + 1)) AS discounts
-    ) AS d
 ),
 cut_measures AS (
     SELECT
@@ -150,7 +139,7 @@ whole_run AS (
         s.query_id,
         s.qn,
         s.n_rel,
-        coalesce(sum(h.rel_so_far / h.rank), 0) AS ap_sum,
+        coalesce(list_sum(list(h.rel_so_far / h.rank ORDER BY h.rank)), 0) AS ap_sum,
         min(h.rank) AS first_rel
     FROM scored AS s
     LEFT JOIN hits AS h ON h.query_id = s.query_id
