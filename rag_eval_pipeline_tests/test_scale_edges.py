@@ -295,7 +295,15 @@ def test_a_cached_bm25_index_is_the_built_one(bundled_passages, bundled_question
     with pytest.warns(UserWarning, match="unreadable BM25 index, built again"):
         assert third.retrieve_batch(queries, 10) == expected
     with stored.open("rb") as handle:
-        assert BM25Index.load(handle).count == first.index().count
+        assert BM25Index.load(handle, first.index_key()).count == first.index().count
+    # A file under another key's name (copied, renamed) is not that key's index.
+    other_file = cache / f"{other_k1.index_key()}.npz"
+    other_file.write_bytes(stored.read_bytes())
+    fourth = ReferenceSystem(bundled_passages, ReferenceConfig(k1=1.2), index_cache=cache)
+    with pytest.warns(UserWarning, match="BM25 index of other passages or settings"):
+        fourth.index()
+    with other_file.open("rb") as handle:
+        assert BM25Index.load(handle, other_k1.index_key()).count == first.index().count
     assert not [path for path in cache.iterdir() if path.name.endswith(".tmp")]
 
 

@@ -298,33 +298,37 @@ class BM25Index:
             dense[row, documents[start:stop]] = weights[start:stop]
         return cls(count, vocabulary, indptr, documents, weights, dense_row, dense)
 
-    def save(self, handle: BinaryIO) -> None:
+    def save(self, handle: BinaryIO, key: str = "") -> None:
         """The index as one uncompressed NumPy ``.npz`` (``load`` reads it back): the postings,
-        their weights and the stems in id order; the dense rows are rebuilt from the postings
-        when loaded."""
+        their weights, the stems in id order (UTF-8, one after another, separated by newlines,
+        which no token holds) and ``key``, what the index is of; the dense rows are rebuilt from
+        the postings when loaded."""
         stems = sorted(self.vocabulary, key=self.vocabulary.__getitem__)
         np.savez(
             handle,
             format=np.array([INDEX_FORMAT]),
+            key=np.frombuffer(key.encode(), dtype=np.uint8),
             count=np.array([self.count]),
             indptr=self.indptr,
             indices=self.indices,
             weights=self.weights,
-            stems=np.array(stems, dtype=np.str_),
+            stems=np.frombuffer("\n".join(stems).encode(), dtype=np.uint8),
         )
 
     @classmethod
-    def load(cls, handle: BinaryIO) -> "BM25Index":
-        """An index written by ``save``; ``ValueError`` when the file is not one (another
-        format, or arrays that do not fit together)."""
+    def load(cls, handle: BinaryIO, key: str = "") -> "BM25Index":
+        """An index written by ``save`` with this ``key``; ``ValueError`` when the file is not
+        one (another format or key, or arrays that do not fit together)."""
         with np.load(handle, allow_pickle=False) as arrays:
-            if int(arrays["format"][0]) != INDEX_FORMAT:
-                raise ValueError(
-                    f"BM25 index format {int(arrays['format'][0])}, not {INDEX_FORMAT}"
-                )
+            found = int(arrays["format"][0]) if arrays["format"].size else None
+            if found != INDEX_FORMAT:
+                raise ValueError(f"BM25 index format {found}, not {INDEX_FORMAT}")
+            if arrays["key"].tobytes().decode() != key:
+                raise ValueError("BM25 index of other passages or settings")
             count = int(arrays["count"][0])
             indptr, indices, weights = arrays["indptr"], arrays["indices"], arrays["weights"]
-            stems = arrays["stems"].tolist()
+            text = arrays["stems"].tobytes().decode()
+        stems = text.split("\n") if indptr.size > 1 else []
         if not (
             indptr.size == len(stems) + 1
             and indptr[0] == 0

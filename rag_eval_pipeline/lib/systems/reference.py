@@ -17,7 +17,6 @@ import json
 import math
 import os
 import warnings
-import zipfile
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -97,12 +96,13 @@ class ReferenceSystem:
         from ``index_cache`` when an index of exactly these passages and settings is there
         (``index_key``), else built, and then kept there for the next run."""
         if self._index is None:
-            cached = self._cached_index_path()
+            key = self.index_key() if self._index_cache is not None else None
+            cached = None if key is None else self._index_cache / f"{key}.npz"
             if cached is not None and cached.exists():
                 try:
                     with cached.open("rb") as handle:
-                        self._index = BM25Index.load(handle)
-                except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+                        self._index = BM25Index.load(handle, key)
+                except Exception as error:  # any unreadable cache file is built again
                     warnings.warn(
                         f"{cached}: unreadable BM25 index, built again ({error})", stacklevel=2
                     )
@@ -120,7 +120,14 @@ class ReferenceSystem:
                     threads=self.settings.threads or os.cpu_count() or 1,
                 )
                 if cached is not None:
-                    write_atomically(cached, self._index.save)
+                    index = self._index
+                    try:
+                        write_atomically(cached, lambda handle: index.save(handle, key))
+                    except OSError as error:  # the index is built; only the next night pays
+                        warnings.warn(
+                            f"{cached}: BM25 index not kept for the next run ({error})",
+                            stacklevel=2,
+                        )
         return self._index
 
     def index_key(self) -> str | None:
@@ -150,12 +157,6 @@ class ReferenceSystem:
         for passage_id, digest in self._eligible.select("passage_id", "passage_digest").iter_rows():
             identity.update(f"\n{passage_id} {digest}".encode())
         return identity.hexdigest()
-
-    def _cached_index_path(self) -> UPath | None:
-        if self._index_cache is None:
-            return None
-        key = self.index_key()
-        return None if key is None else self._index_cache / f"{key}.npz"
 
     def _text_of(self, passage_ids: set[str]) -> dict[str, str]:
         """The texts of ``passage_ids`` (eligible passages only), kept for later answers."""
