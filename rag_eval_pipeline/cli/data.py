@@ -78,7 +78,7 @@ def command_evaluate_run(args: argparse.Namespace) -> int:
         .then(pl.col("measure"))
         .otherwise(pl.format("{}@{}", "measure", "k"))
     )
-    values = ranked.measures(qrels, complete=args.complete).with_columns(label=label)
+    values = ranked.measures(complete=args.complete).with_columns(label=label)
     order = {name: i for i, name in enumerate(measures)}
     overall = rm.aggregate(values, intervals=args.json).with_columns(label=label)
     overall = overall.sort(pl.col("label").replace_strict(order, default=len(order)))

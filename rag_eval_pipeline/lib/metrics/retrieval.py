@@ -26,7 +26,8 @@ passage are excluded from every mean and reported as ``excluded``.
 Speed: the run is read once as a whole, to find the row numbers of each query's max(k) + 1
 highest scores: by NumPy (``argpartition`` over blocks of queries with the same number of rows)
 when the run lists each query's rows together, as a TREC run does, else by ``top_rows`` (a
-numeric top-n aggregate in SQL, grouped by query id). Polars gathers those rows and orders score
+numeric top-n aggregate in SQL, grouped by query id); a query listed by rank, as a run file
+lists it, takes its first rows without a partition. Polars gathers those rows and orders score
 ties by doc id exactly (only for the few queries that have one; a tie across the last listed row
 fetches every row at that score), and ``measures`` joins that short list with the qrels. For
 AP or RR without a cut-off the relevant rows below max(k) are added to the list, each ranked
@@ -495,18 +496,20 @@ class RankedRun:
     trec_eval's order, without the run itself. ``measures`` computes the values."""
 
     ranked: pl.DataFrame
+    qrels: pl.DataFrame
     wanted: tuple[tuple[str, int | None], ...]
     rel_level: int
 
-    def measures(self, qrels: pl.DataFrame, *, complete: bool = True) -> pl.DataFrame:
-        """Per-query values, ``query_id, measure, k, value``, sorted (``per_query``)."""
+    def measures(self, *, complete: bool = True) -> pl.DataFrame:
+        """Per-query values, ``query_id, measure, k, value``, sorted (``per_query``), against
+        the qrels the rows were ranked with."""
         ks = sorted({k for _, k in self.wanted if k is not None}) or [1]
         # The queries the run retrieved anything for: only needed without ``complete``.
         retrieved = self.ranked.filter(pl.col("rank") == 1).select("query_id")
         if complete:
             retrieved = retrieved.clear()
         with _kernel_database() as connection:
-            connection.register("qrels", ArrowStream(_qrels_frame(qrels)))
+            connection.register("qrels", ArrowStream(self.qrels))
             connection.register("ranked", ArrowStream(self.ranked))
             connection.register("retrieved", ArrowStream(retrieved))
             return pl.DataFrame(
@@ -545,8 +548,9 @@ def rank_run(
     if run["score"].null_count() or run["score"].is_nan().any():
         raise ValueError("run scores must be numbers: found a null or NaN score")
     need_uncut = any(k is None for _, k in wanted)
-    ranked = _ranked(run, _qrels_frame(qrels), max(ks), rel_level if need_uncut else None)
-    return RankedRun(ranked=ranked, wanted=wanted, rel_level=rel_level)
+    qrels = _qrels_frame(qrels)
+    ranked = _ranked(run, qrels, max(ks), rel_level if need_uncut else None)
+    return RankedRun(ranked=ranked, qrels=qrels, wanted=wanted, rel_level=rel_level)
 
 
 def per_query(
@@ -567,7 +571,7 @@ def per_query(
     ``RankedRun.measures`` computes them in the kernel's private DuckDB database
     (``_kernel_database``).
     """
-    return rank_run(run, qrels, measures, rel_level=rel_level).measures(qrels, complete=complete)
+    return rank_run(run, qrels, measures, rel_level=rel_level).measures(complete=complete)
 
 
 def excluded_queries(qrels: pl.DataFrame, *, rel_level: int = 2) -> list[str]:

@@ -111,8 +111,8 @@ def _stage_verified(
     """The tables of ``snapshot`` not yet staged under ``corpus_dir`` (``snapshot_tables``'
     rows). The passages are decoded and written a slice at a time (``write_table_slices``), so
     the whole passages table is never held (a 20,000-document night: the step peaked at 762 MB
-    instead of 997 MB). The summary row is written last, so a snapshot whose staging was cut short is
-    never seen as staged."""
+    instead of 997 MB). A snapshot counts as staged only with all three tables, and the
+    summary row is written last, so one whose staging was cut short is staged again."""
     digest = pl.lit(snapshot.corpus_digest).alias("corpus_digest")
     documents = snapshot.documents()
     if not store.has_table(corpus_dir, "corpus_passages"):
@@ -154,7 +154,8 @@ def read_drift(store: RunStore, golden_digest: str, corpus_digest: str) -> pl.Da
 def ensure_corpus(store: RunStore, corpus_root: Path, corpus_digest: str, loaded_at) -> bool:
     """Whether the corpus state ``corpus_digest`` is staged, staging it from the snapshot folder
     under ``corpus_root`` frozen with that digest when there is one."""
-    if store.has_table(store.corpus_dir(corpus_digest), "corpus_passages"):
+    corpus_dir = store.corpus_dir(corpus_digest)
+    if all(store.has_table(corpus_dir, table) for table in CORPUS_TABLES):
         return True
     folder = find_snapshot(corpus_root, corpus_digest)
     if folder is None:
