@@ -16,6 +16,9 @@
 -- grade (negative grades count 0), the ideal order ranks every judged passage by grade; nDCG_exp
 -- uses the gain 2^grade - 1.
 -- Queries with no passage at or above $rel_level are not scored here (the caller counts them).
+-- Sums over a query's rows (DCG, AP) are taken in rank order, as trec_eval adds them, and the
+-- ideal DCG term by term the same way: the same inputs give the same bits whatever order
+-- DuckDB's threads meet the rows in, and a perfect ranking has nDCG exactly 1.
 --
 -- Speed and memory: the run is never sorted, exploded or held at once, and no string is compared
 -- per run row beyond grouping by query. The caller (retrieval.rank_run) finds, per query, the
@@ -86,8 +89,8 @@ at_k AS (
         c.k,
         count(*) FILTER (WHERE r.relevant) AS rel_ret,
         min(r.rank) FILTER (WHERE r.relevant) AS first_rel,
-        list_sum(list(r.gain / log2(r.rank + 1) ORDER BY r.rank)) AS dcg,
-        list_sum(list((pow(2, r.gain) - 1) / log2(r.rank + 1) ORDER BY r.rank)) AS dcg_exp
+        -- The query's judged rows in rank order, for DCG summed in rank order below.
+        list_sort(list({'rank': r.rank, 'gain': r.gain})) AS by_rank
     FROM judged_rows AS r
     JOIN cutoffs AS c ON r.rank <= c.k
     GROUP BY r.query_id, c.k
@@ -118,9 +121,22 @@ cut_measures AS (
         coalesce(a.rel_ret, 0) / i.n_rel AS "R",
         coalesce(a.rel_ret, 0) / i.k AS "P",
         coalesce(1.0 / a.first_rel, 0.0) AS "RR",
-        CASE WHEN i.idcg > 0 THEN coalesce(a.dcg, 0) / i.idcg ELSE 0.0 END AS "nDCG",
         CASE
-            WHEN i.idcg_exp > 0 THEN coalesce(a.dcg_exp, 0) / i.idcg_exp ELSE 0.0
+            WHEN i.idcg > 0
+            THEN coalesce(
+                list_sum(list_transform(a.by_rank, lambda r: r.gain / log2(r.rank + 1))), 0
+            ) / i.idcg
+            ELSE 0.0
+        END AS "nDCG",
+        CASE
+            WHEN i.idcg_exp > 0
+            THEN coalesce(
+                list_sum(
+                    list_transform(a.by_rank, lambda r: (pow(2, r.gain) - 1) / log2(r.rank + 1))
+                ),
+                0
+            ) / i.idcg_exp
+            ELSE 0.0
         END AS "nDCG_exp"
     FROM ideal_at_k AS i
     LEFT JOIN at_k AS a ON a.query_id = i.query_id AND a.k = i.k
@@ -139,7 +155,15 @@ whole_run AS (
         s.query_id,
         s.qn,
         s.n_rel,
-        coalesce(list_sum(list(h.rel_so_far / h.rank ORDER BY h.rank)), 0) AS ap_sum,
+        coalesce(
+            list_sum(
+                list_transform(
+                    list_sort(list({'rank': h.rank, 'rel_so_far': h.rel_so_far})),
+                    lambda r: r.rel_so_far / r.rank
+                )
+            ),
+            0
+        ) AS ap_sum,
         min(h.rank) AS first_rel
     FROM scored AS s
     LEFT JOIN hits AS h ON h.query_id = s.query_id
