@@ -405,3 +405,34 @@ def test_normalise_text_agrees_with_the_definition():
         "",
     ]:
         assert corpus.normalise_text(text) == by_definition(text)
+
+
+def test_staging_and_the_bm25_cache_work_on_an_fsspec_store(tmp_path):
+    """A run store at an fsspec URL (``memory://``, as ``s3://`` in production): the sliced
+    passages part and the reference system's BM25 index cache are written and read back there,
+    with no temporary file left behind."""
+    from polars.testing import assert_frame_equal
+    from upath import UPath
+
+    from rag_eval_pipeline.lib.store.tables import conform
+    from rag_eval_pipeline.lib.systems.bm25 import BM25Index
+    from rag_eval_pipeline.lib.systems.reference import ReferenceSystem
+
+    folder = project_path("corpus_snapshots") / "2026-11-01"
+    expected = corpus.snapshot_tables(load_snapshot(folder), dt.datetime(2026, 10, 15))
+    store = RunStore(f"memory://staging-{os.getpid()}")
+    stage_snapshot(store, folder, dt.datetime(2026, 10, 15))
+    corpus_dir = store.corpus_dir(BUNDLED["2026-11-01"])
+    passages = store.read_table(corpus_dir, "corpus_passages")
+    assert_frame_equal(passages, conform(expected["corpus_passages"], "corpus_passages"))
+    cache = store.cache_dir("systems")
+    first = ReferenceSystem(passages, index_cache=cache)
+    first.index()
+    (stored,) = list(UPath(cache).iterdir())
+    assert stored.name == f"{first.index_key()}.npz"
+    second = ReferenceSystem(passages, index_cache=cache)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BM25Index, "build", lambda *args, **kwargs: pytest.fail("built again"))
+        assert second.index().vocabulary == first.index().vocabulary
+    leftovers = [path for path in UPath(store.root).rglob("*") if path.name.endswith(".tmp")]
+    assert not leftovers
