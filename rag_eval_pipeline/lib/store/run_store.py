@@ -181,10 +181,8 @@ class RunStore:
         return [part.name.removesuffix(".parquet") for part in self.parts(folder, table)]
 
     def write_json(self, target: UPath, document: dict) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        temporary.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
-        temporary.rename(target)
+        text = json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
+        write_atomically(target, lambda handle: handle.write(text.encode()))
 
     def read_json(self, target: UPath) -> dict | None:
         return json.loads(target.read_text()) if target.exists() else None
