@@ -181,10 +181,10 @@ def _listed_in_stretches(scores, lengths, depth: int) -> pl.DataFrame:
     NumPy, one block of same-length stretches at a time (``_same_length_blocks``, a view of the
     run when the stretches are adjacent): a stretch listed by rank (as a run file is) has its
     ``depth`` highest first, which a check of its first ``depth`` scores and the maximum of
-    the rest proves; in the others ``argpartition`` finds them, then only those are sorted. The order is only a head start: the caller checks it and sorts
-    exactly wherever scores do not strictly decrease. On 100,000 queries x 100 rows this takes
-    about a third of the time of DuckDB's grouped top-n (``top_rows``), which needs no
-    contiguity and is used otherwise."""
+    the rest proves; in the others ``argpartition`` finds them, then only those are sorted. The
+    order is only a head start: the caller checks it and sorts exactly wherever scores do not
+    strictly decrease. On 100,000 queries x 100 rows this takes about a third of the time of
+    DuckDB's grouped top-n (``top_rows``), which needs no contiguity and is used otherwise."""
     import numpy as np
 
     starts = _stretch_starts(lengths)
@@ -490,6 +490,11 @@ def _kernel_database() -> Iterator[duckdb.DuckDBPyConnection]:
         connection.close()
 
 
+def _cutoffs(wanted: Iterable[tuple[str, int | None]]) -> list[int]:
+    """The cut-offs of the requested ``(measure, k)`` pairs, sorted (1 when none has one)."""
+    return sorted({k for _, k in wanted if k is not None}) or [1]
+
+
 @dataclass(frozen=True)
 class RankedRun:
     """A run ranked for the requested measures (``rank_run``): the rows the measures need, in
@@ -503,7 +508,6 @@ class RankedRun:
     def measures(self, *, complete: bool = True) -> pl.DataFrame:
         """Per-query values, ``query_id, measure, k, value``, sorted (``per_query``), against
         the qrels the rows were ranked with."""
-        ks = sorted({k for _, k in self.wanted if k is not None}) or [1]
         # The queries the run retrieved anything for: only needed without ``complete``.
         retrieved = self.ranked.filter(pl.col("rank") == 1).select("query_id")
         if complete:
@@ -517,7 +521,7 @@ class RankedRun:
                     sql_query("retrieval_per_query", "measures"),
                     params={
                         "rel_level": self.rel_level,
-                        "ks": ks,
+                        "ks": _cutoffs(self.wanted),
                         "complete": complete,
                         "need_uncut": any(k is None for _, k in self.wanted),
                         "measures": [name for name, _ in self.wanted],
@@ -543,13 +547,12 @@ def rank_run(
     that holds nothing else of the run frees it before the measures are computed (``rag-eval
     evaluate-run`` does)."""
     wanted = tuple(sorted({parse_measure(m) for m in measures}, key=lambda p: (p[0], p[1] or 0)))
-    ks = [k for _, k in wanted if k is not None] or [1]
     run = run.select(list(RUN_SCHEMA)).cast(RUN_SCHEMA)
     if run["score"].null_count() or run["score"].is_nan().any():
         raise ValueError("run scores must be numbers: found a null or NaN score")
     need_uncut = any(k is None for _, k in wanted)
     qrels = _qrels_frame(qrels)
-    ranked = _ranked(run, qrels, max(ks), rel_level if need_uncut else None)
+    ranked = _ranked(run, qrels, max(_cutoffs(wanted)), rel_level if need_uncut else None)
     return RankedRun(ranked=ranked, qrels=qrels, wanted=wanted, rel_level=rel_level)
 
 
