@@ -99,18 +99,7 @@ class ReferenceSystem:
             key = self.index_key() if self._index_cache is not None else None
             cached = None if key is None else self._index_cache / f"{key}.npz"
             if cached is not None and cached.exists():
-                try:
-                    with cached.open("rb") as handle:
-                        self._index = BM25Index.load(handle, key)
-                except Exception as error:  # any unreadable cache file is built again
-                    warnings.warn(
-                        f"{cached}: unreadable BM25 index, built again ({error})", stacklevel=2
-                    )
-                if self._index is not None and self._index.count != self._eligible.height:
-                    warnings.warn(
-                        f"{cached}: BM25 index of another corpus, built again", stacklevel=2
-                    )
-                    self._index = None
+                self._index = self._read_index(cached, key)
             if self._index is None:
                 self._index = BM25Index.build(
                     self._eligible.select("title", "section_title", "text"),
@@ -120,21 +109,36 @@ class ReferenceSystem:
                     threads=self.settings.threads or os.cpu_count() or 1,
                 )
                 if cached is not None:
-                    index = self._index
-                    try:
-                        write_atomically(cached, lambda handle: index.save(handle, key))
-                    except OSError as error:  # the index is built; only the next night pays
-                        warnings.warn(
-                            f"{cached}: BM25 index not kept for the next run ({error})",
-                            stacklevel=2,
-                        )
+                    self._keep_index(cached, key)
         return self._index
+
+    def _read_index(self, cached: UPath, key: str) -> BM25Index | None:
+        """The index kept at ``cached``, or None (with a warning) when it cannot be used."""
+        try:
+            with cached.open("rb") as handle:
+                index = BM25Index.load(handle, key)
+        except Exception as error:  # any unreadable cache file is built again
+            warnings.warn(f"{cached}: unreadable BM25 index, built again ({error})", stacklevel=3)
+            return None
+        if index.count != self._eligible.height:
+            warnings.warn(f"{cached}: BM25 index of another corpus, built again", stacklevel=3)
+            return None
+        return index
+
+    def _keep_index(self, cached: UPath, key: str) -> None:
+        """Write the built index to ``cached``; a failure only warns (the index is built, and
+        only the next night pays for it)."""
+        index = self._index
+        try:
+            write_atomically(cached, lambda handle: index.save(handle, key))
+        except OSError as error:
+            warnings.warn(f"{cached}: BM25 index not kept for the next run ({error})", stacklevel=3)
 
     def index_key(self) -> str | None:
         """What the BM25 index is a function of, as a SHA-256: the eligible passages (ids and
         digests, in index order; a passage digest pins its title, section title and text), k1
-        and b, the tokenizer (its pattern and stop words) and the libraries that define it. None when the passages carry no
-        digests (then the index is never cached)."""
+        and b, the tokenizer (its pattern and stop words) and the libraries that define it.
+        None when the passages carry no digests (then the index is never cached)."""
         if "passage_digest" not in self._eligible.columns:
             return None
         identity = hashlib.sha256()
