@@ -203,3 +203,47 @@ def test_a_file_read_in_short_pieces_is_read_whole(library, monkeypatch):
     assert data == expected and status.st_size == len(expected)
     (library / "empty.md").write_bytes(b"")
     assert corpus._read_whole(library / "empty.md")[0] == b""
+
+
+def test_the_documents_table_is_each_files_front_matter_whatever_its_first_section_says(tmp_path):
+    """The documents table is decoded from the head of each document's first canonical line (the
+    fields before its text): a first section titled with quotes, backslashes, ``,"text":`` and
+    non-ASCII, and a document of one section, still give every field as the front matter says."""
+    folder = tmp_path / "2026-10-01"
+    (folder / "documents").mkdir(parents=True)
+    (folder / "documents" / "Q-1@v2.md").write_text(
+        '---\ndoc_id: Q-1\ntitle: Ünïcode "quoted" title\nversion: 2\neffective_date: '
+        "2026-03-04\nstatus: superseded\nsuperseded_by: Q-1@v3\nlanguage: de\nowner: Ops\n---\n"
+        '## A "tricky",\\"text\\":"x" ,"text": title — ü\nbody one\n\n## Two\nbody two\n',
+        encoding="utf-8",
+    )
+    (folder / "documents" / "Q-1@v3.md").write_text(
+        "---\ndoc_id: Q-1\ntitle: Plain\nversion: 3\neffective_date: 2026-05-06\n"
+        "status: current\nlanguage: en\n---\n## Only\nthe one section\n",
+        encoding="utf-8",
+    )
+    documents = load_snapshot(folder, verify=False).document_table.sort("doc_version_id")
+    assert documents.select(
+        "doc_version_id",
+        "doc_id",
+        "version",
+        "title",
+        "status",
+        "superseded_by",
+        "effective_date",
+        "language",
+        "owner",
+    ).rows() == [
+        (
+            "Q-1@v2",
+            "Q-1",
+            2,
+            'Ünïcode "quoted" title',
+            "superseded",
+            "Q-1@v3",
+            dt.date(2026, 3, 4),
+            "de",
+            "Ops",
+        ),
+        ("Q-1@v3", "Q-1", 3, "Plain", "current", None, dt.date(2026, 5, 6), "en", None),
+    ]

@@ -207,6 +207,48 @@ def test_a_staged_snapshot_is_verified_without_parsing(library, tmp_path):
         stage_snapshot(store, folder, dt.datetime(2026, 10, 17))
 
 
+def test_a_load_reads_the_parse_cache_beside_the_files_and_fails_as_the_files_do(
+    library, tmp_path, monkeypatch
+):
+    """A snapshot not staged yet has its parse cache read on a thread while its files are read:
+    the cached rows are the ones used (nothing parsed), and a file that cannot be read fails the
+    load with its own error, the thread waiting for the files released rather than left hanging.
+    """
+    import threading
+
+    folder = library / "2026-10-01"
+    freeze(folder)
+    threads = []
+    read = corpus._files_and_cached_rows
+
+    def recording(*args):
+        threads.append(threading.active_count())
+        return read(*args)
+
+    monkeypatch.setattr(corpus, "_files_and_cached_rows", recording)
+    staged = stage_snapshot(RunStore(tmp_path / "store"), folder, dt.datetime(2026, 10, 15))
+    assert (staged.parsed, staged.cached) == (0, 5) and threads
+
+    document = folder / "documents" / "CLEAN-LOG-001@v1.md"
+    outside = tmp_path / "outside.md"
+    shutil.copyfile(document, outside)
+    document.unlink()
+    document.symlink_to(outside)
+    outcome = {}
+
+    def load():
+        try:
+            stage_snapshot(RunStore(tmp_path / "other"), folder, dt.datetime(2026, 10, 16))
+        except CorpusError as problem:
+            outcome["error"] = str(problem)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the load hung after a file failed"
+    assert "outside the snapshot" in outcome["error"] and "CLEAN-LOG-001@v1.md" in outcome["error"]
+
+
 @pytest.mark.parametrize("snapshot_id", sorted(BUNDLED))
 def test_staging_writes_the_tables_snapshot_tables_builds(snapshot_id, tmp_path, monkeypatch):
     """Staging decodes and writes the passages a slice at a time (small slices here, so many of

@@ -38,7 +38,7 @@ import json
 import os
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -188,13 +188,13 @@ class SnapshotStore:
                     not damaged
                     and document_file.links == 1
                     and not document_file.symlink
-                    and self._adopt(digest, document_file.path)
+                    and self._adopt(digest, document_file.location)
                 ):
                     continue
                 self._write_object(digest, document_file.content())
                 problems.extend(self._forget_edited(document_file, previous))
             if not document_file.symlink:
-                self._link_to_object(digest, document_file.path)
+                self._link_to_object(digest, document_file.location)
         return stored, problems
 
     def _forget_edited(self, document_file, previous: dict[str, dict]) -> list[str]:
@@ -243,15 +243,24 @@ class SnapshotStore:
         folder = self._cache_folder()
         return folder.is_dir() and any(folder.glob("*.parquet"))
 
-    def cached_rows(self, wanted: pl.DataFrame, schema: dict) -> pl.DataFrame | None:
+    def cached_rows(
+        self, wanted: pl.DataFrame | Callable[[], pl.DataFrame], schema: dict
+    ) -> pl.DataFrame | None:
         """The parse cache's rows (``file_digest`` and ``schema``) for the ``(file_digest,
-        doc_version_id)`` pairs of ``wanted``, or None when the cache is empty."""
+        doc_version_id)`` pairs of ``wanted``, or None when the cache is empty.
+
+        ``wanted`` may be a function giving the pairs, called once the first part is read: a
+        thread can then check and read the cache while the files it will be asked about are
+        still being read (``corpus._files_and_cached_rows``)."""
         columns = ["file_digest", *schema]
         frames = []
         for part in self._cache_parts():
             if not set(columns) <= set(pl.read_parquet_schema(part)):
                 continue
-            frame = pl.read_parquet(part, columns=columns).join(
+            rows = pl.read_parquet(part, columns=columns)
+            if callable(wanted):
+                wanted = wanted()
+            frame = rows.join(
                 wanted, on=["file_digest", "doc_version_id"], how="semi", maintain_order="left"
             )
             if frame.height:

@@ -87,10 +87,16 @@ def stage_snapshot(store: RunStore, snapshot_dir: Path, loaded_at: dt.datetime) 
     was verified from, nothing is parsed; otherwise the snapshot is loaded and its corpus digest
     checked against the manifest (``CorpusError`` naming the changed documents, before anything
     is written)."""
-    read = read_snapshot(snapshot_dir)
+
+    def staged_already(manifest: dict) -> bool:
+        corpus_dir = store.corpus_dir(manifest["corpus_digest"])
+        return all(store.has_table(corpus_dir, table) for table in CORPUS_TABLES)
+
+    # A snapshot not staged yet is verified in full: the parse cache is read beside its files.
+    read = read_snapshot(snapshot_dir, parse_cache=lambda manifest: not staged_already(manifest))
     corpus_dir = store.corpus_dir(read.manifest["corpus_digest"])
     known = store.read_json(corpus_dir / FILE_DIGESTS) or {}
-    staged = all(store.has_table(corpus_dir, table) for table in CORPUS_TABLES)
+    staged = staged_already(read.manifest)
     if staged and known.get("files") == read.file_digests:
         return _staged(store, corpus_dir, read.manifest, 0, 0)
     snapshot = verify_snapshot(snapshot_dir, read=read)
