@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -391,6 +392,37 @@ TRICKY = [
     "é ü ß 日本",
     "😀",
 ]
+
+
+def test_a_texts_json_is_json_dumps_for_every_character():
+    """The texts' escaping shortcut (``_json_text``) gives ``json.dumps``' bytes for every code
+    point, between newlines and beside a quote and a backslash."""
+    for point in range(0x110000):
+        character = chr(point)
+        for text in (f"a\n{character}\nb", f'\\{character}"'):
+            expected = json.dumps(text, ensure_ascii=False)
+            assert corpus._json_text(text) == expected, hex(point)
+
+
+def test_a_block_of_ten_sections_or_more_lists_them_by_passage_id():
+    """Passage ids sort as strings (``#s10`` before ``#s2``): a block of up to nine sections is
+    in section order, a longer one is sorted, as the digest's sorted lines are."""
+    document = corpus.Document(
+        doc_id="D-1",
+        title="T",
+        version=1,
+        effective_date=dt.date(2026, 1, 2),
+        status="current",
+        language="en",
+        sections=tuple((f"S{n}", f"text {n}") for n in range(1, 13)),
+    )
+    row = corpus.canonical_row(document)
+    ids = [json.loads(line)["passage_id"] for line in row["block"].split("\n")]
+    assert ids == sorted(f"D-1@v1#s{n}" for n in range(1, 13)) and ids[1] == "D-1@v1#s10"
+    short = corpus.canonical_row(replace(document, sections=document.sections[:9]))
+    assert [json.loads(line)["passage_id"] for line in short["block"].split("\n")] == [
+        f"D-1@v1#s{n}" for n in range(1, 10)
+    ]
 
 
 @pytest.mark.parametrize("value", TRICKY)

@@ -364,6 +364,19 @@ def parse_document(text: str, source: str | Path) -> Document:
 _json_string = json.encoder.encode_basestring
 
 
+def _json_text(text: str) -> str:
+    """``_json_string(text)`` for a section's text. A text without a quote or a backslash whose
+    only control characters are newlines (once they are escaped nothing is left that is not
+    printable) needs only its newlines escaped, which ``str.replace`` does about a quarter
+    faster; any other text takes ``_json_string`` (a non-printable character that JSON keeps
+    as it is, such as a no-break space, only means the slower path)."""
+    if '"' not in text and "\\" not in text:
+        escaped = text.replace("\n", "\\n")
+        if escaped.isprintable():
+            return f'"{escaped}"'
+    return _json_string(text)
+
+
 def canonical_lines(document: Document) -> list[str]:
     """The canonical JSON line of each section, in section order.
 
@@ -402,7 +415,7 @@ def _canonical_lines(document: Document, sections: Sequence[tuple[str, str]]) ->
         + "}"
     )
     return [
-        f'{head}{number}","section_title":{_json_string(title)}{middle}{_json_string(text)}{tail}'
+        f'{head}{number}","section_title":{_json_string(title)}{middle}{_json_text(text)}{tail}'
         for number, (title, text) in enumerate(sections, start=1)
     ]
 
@@ -455,8 +468,10 @@ def _block_of(lines: Sequence[str]) -> tuple[str, str, list[str]]:
     """A document's block (its canonical lines sorted by passage id, joined by newlines), the
     block's SHA-256 and each line's, in block order. A canonical line has no newline (JSON
     escapes it), so the lines' bytes are the block's bytes split at its newlines."""
-    numbers = map(str, range(1, len(lines) + 1))
-    block = "\n".join([line for _, line in sorted(zip(numbers, lines, strict=True))])
+    if len(lines) > 9:  # up to nine sections, their numbers sort as strings in section order
+        numbers = map(str, range(1, len(lines) + 1))
+        lines = [line for _, line in sorted(zip(numbers, lines, strict=True))]
+    block = "\n".join(lines)
     data = block.encode("utf-8")
     passage_digests = [hashlib.sha256(line).hexdigest() for line in data.split(b"\n")]
     return block, hashlib.sha256(data).hexdigest(), passage_digests
