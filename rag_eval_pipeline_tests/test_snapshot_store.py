@@ -172,6 +172,31 @@ def test_a_damaged_stored_object_is_stored_again_from_a_good_copy(library, damag
     assert load_snapshot(second).corpus_digest == digest
 
 
+def test_every_damaged_object_is_stored_again_and_warned_of_in_file_order(library):
+    """The files are stored on two threads split by digest: every damaged object is stored
+    again from its good copy, whichever thread has it, and the warnings list the files in the
+    order they were read (by name), as one thread would."""
+    first = library / "2026-10-01"
+    digest = freeze(first).manifest["corpus_digest"]
+    second = writable_copy(first, library / "2026-11-01")
+    entries = json.loads((first / "manifest.json").read_text())["documents"]
+    store = SnapshotStore.beside(first)
+    good = {}
+    for version_id in sorted(entries):
+        stored = store.object_path(entries[version_id]["sha256"])
+        good[stored] = stored.read_bytes()
+        os.chmod(stored, 0o644)
+        stored.write_bytes(good[stored][:-3] + b"XYZ")
+    assert {int(entries[v]["sha256"][-1], 16) % 2 for v in entries} == {0, 1}
+    report = freeze(second)
+    assert list(report.warnings) == [
+        f"{store.object_path(entries[v]['sha256'])}: stored object was damaged; stored again"
+        for v in sorted(entries)
+    ]
+    assert all(path.read_bytes() == data for path, data in good.items())
+    assert report.manifest["corpus_digest"] == digest == load_snapshot(second).corpus_digest
+
+
 def test_a_snapshot_without_documents_loads_from_the_store(library):
     folder = library / "2026-10-01"
     digest = freeze_snapshot(folder)["corpus_digest"]

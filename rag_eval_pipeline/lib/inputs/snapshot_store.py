@@ -39,6 +39,7 @@ import os
 import stat
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -163,10 +164,29 @@ class SnapshotStore:
         while it was a hard link to a stored version (that stored version is gone; snapshots
         that listed it no longer load), or a stored object found damaged and stored again.
         A file on another file system than the store (no hard link possible) stays a copy.
+
+        The files are stored on two threads (system calls, mostly, which release the GIL: a
+        re-freeze of a 20,000-document copy 4.4-4.6 s -> 3.6-4.1 s), split by digest so that
+        one object is only ever written by one thread; the warnings come in file order.
         """
+        numbered = list(enumerate(files))
+        halves = [
+            [(n, f) for n, f in numbered if int(f.file_digest[-1], 16) % 2 == half]
+            for half in (0, 1)
+        ]
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(lambda half: self._add_numbered(half, previous), halves))
+        problems = sorted((item for _, found in done for item in found), key=lambda item: item[0])
+        return sum(stored for stored, _ in done), [problem for _, problem in problems]
+
+    def _add_numbered(
+        self, files: Sequence[tuple[int, object]], previous: dict[str, dict]
+    ) -> tuple[int, list[tuple[int, str]]]:
+        """``add_files`` of ``(position, file)`` pairs: the bytes newly stored, and each
+        warning with the position of its file."""
         stored = 0
-        problems = []
-        for document_file in files:
+        problems: list[tuple[int, str]] = []
+        for position, document_file in files:
             digest = document_file.file_digest
             target = self._object(digest)
             try:
@@ -179,7 +199,7 @@ class SnapshotStore:
                 existing.st_size != document_file.size or _read(target) != document_file.content()
             )
             if damaged:
-                problems.append(f"{target}: stored object was damaged; stored again")
+                problems.append((position, f"{target}: stored object was damaged; stored again"))
                 existing = None
             if existing is None:
                 stored += document_file.size
@@ -192,7 +212,9 @@ class SnapshotStore:
                 ):
                     continue
                 self._write_object(digest, document_file.content())
-                problems.extend(self._forget_edited(document_file, previous))
+                problems.extend(
+                    (position, problem) for problem in self._forget_edited(document_file, previous)
+                )
             if not document_file.symlink:
                 self._link_to_object(digest, document_file.location)
         return stored, problems
