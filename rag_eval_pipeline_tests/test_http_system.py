@@ -277,6 +277,9 @@ def test_a_stop_takes_effect_at_once_and_starts_no_new_call(serve, ask, stop):
         raise AssertionError("SIGTERM reached the previous handler")
 
     previous = signal.signal(signal.SIGTERM, ours)
+    # Ctrl-C raises KeyboardInterrupt through Python's own SIGINT handler; a test run started in
+    # the background has SIGINT ignored, and ``interrupt_main`` then does nothing.
+    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         timer = threading.Timer(0.4, interrupt)
         started = time.monotonic()
@@ -287,6 +290,7 @@ def test_a_stop_takes_effect_at_once_and_starts_no_new_call(serve, ask, stop):
         assert signal.getsignal(signal.SIGTERM) is ours
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_sigint)
     # The calls in flight hang for 20 s: a stop that waited for them would take that long.
     assert stopped_after < 10.0
     time.sleep(0.3)
