@@ -312,7 +312,9 @@ class SnapshotStore:
         folder = self._cache_folder()
         folder.mkdir(parents=True, exist_ok=True)
         temporary = _temporary(folder, "part.parquet")
-        frame.write_parquet(temporary, compression="zstd", compression_level=3)
+        # Zstandard level 1: written in 0.44-0.49 s instead of 0.60-0.68 s at level 3 (the
+        # 20,000-document library's part, 29 MB instead of 28 MB), read a little faster too.
+        frame.write_parquet(temporary, compression="zstd", compression_level=1)
         digest = sha256_hex(_read(temporary))
         os.chmod(temporary, READ_ONLY)
         target = folder / f"{digest}.parquet"
