@@ -247,3 +247,16 @@ def test_the_documents_table_is_each_files_front_matter_whatever_its_first_secti
         ),
         ("Q-1@v3", "Q-1", 3, "Plain", "current", None, dt.date(2026, 5, 6), "en", None),
     ]
+
+
+def test_a_version_too_large_for_the_tables_names_the_file(tmp_path):
+    folder = tmp_path / "2026-10-01"
+    (folder / "documents").mkdir(parents=True)
+    version = 2**63
+    (folder / "documents" / f"H-1@v{version}.md").write_text(
+        f"---\ndoc_id: H-1\ntitle: T\nversion: {version}\neffective_date: 2026-01-02\n"
+        "status: current\nlanguage: en\n---\n## S\ntext\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(CorpusError, match=rf"H-1@v{version}\.md:2: version {version} is too large"):
+        load_snapshot(folder, verify=False)

@@ -189,12 +189,43 @@ def test_every_damaged_object_is_stored_again_and_warned_of_in_file_order(librar
         stored.write_bytes(good[stored][:-3] + b"XYZ")
     assert {int(entries[v]["sha256"][-1], 16) % 2 for v in entries} == {0, 1}
     report = freeze(second)
+    assert report.stored_bytes == sum(len(data) for data in good.values())
     assert list(report.warnings) == [
         f"{store.object_path(entries[v]['sha256'])}: stored object was damaged; stored again"
         for v in sorted(entries)
     ]
     assert all(path.read_bytes() == data for path, data in good.items())
     assert report.manifest["corpus_digest"] == digest == load_snapshot(second).corpus_digest
+
+
+def test_a_file_that_cannot_be_stored_fails_the_freeze_with_the_first_such_file(
+    library, monkeypatch
+):
+    """Two files that cannot be linked to their stored bytes, one in each thread's half: the
+    freeze fails with the first of them in name order, and leaves the manifest as it was."""
+    folder = library / "2026-10-01"
+    names = sorted(path.name for path in (folder / "documents").iterdir())
+    digests = {
+        name: corpus.read_document_file(folder / "documents" / name, folder).file_digest
+        for name in names
+    }
+    halves = {name: int(digest[-1], 16) % 2 for name, digest in digests.items()}
+    # The earlier one is in the second thread's half, the later one in the first's.
+    earlier = next(n for n in names if halves[n] == 1)
+    failing = [earlier, next(n for n in names if halves[n] == 0 and n > earlier)]
+    link = SnapshotStore._link_to_object
+
+    def refusing(self, digest, path):
+        if os.path.basename(path) in failing:
+            raise OSError(f"cannot link {os.path.basename(path)}")
+        return link(self, digest, path)
+
+    monkeypatch.setattr(SnapshotStore, "_link_to_object", refusing)
+    monkeypatch.setattr(SnapshotStore, "_adopt", lambda self, digest, path: False)
+    manifest = (folder / "manifest.json").read_bytes()
+    with pytest.raises(OSError, match=f"cannot link {earlier}"):
+        freeze(folder)
+    assert (folder / "manifest.json").read_bytes() == manifest
 
 
 def test_a_snapshot_without_documents_loads_from_the_store(library):
@@ -245,15 +276,16 @@ def test_a_load_reads_the_parse_cache_beside_the_files_and_fails_as_the_files_do
     folder = library / "2026-10-01"
     freeze(folder)
     threads = []
-    read = corpus._files_and_cached_rows
+    look_up = corpus._cached_rows
 
-    def recording(*args):
-        threads.append(threading.active_count())
-        return read(*args)
+    def recording(files, store):
+        threads.append(threading.current_thread())
+        return look_up(files, store)
 
-    monkeypatch.setattr(corpus, "_files_and_cached_rows", recording)
+    monkeypatch.setattr(corpus, "_cached_rows", recording)
     staged = stage_snapshot(RunStore(tmp_path / "store"), folder, dt.datetime(2026, 10, 15))
-    assert (staged.parsed, staged.cached) == (0, 5) and threads
+    assert (staged.parsed, staged.cached) == (0, 5)
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()
 
     document = folder / "documents" / "CLEAN-LOG-001@v1.md"
     outside = tmp_path / "outside.md"
@@ -447,6 +479,12 @@ def test_a_block_of_ten_sections_or_more_lists_them_by_passage_id():
     short = corpus.canonical_row(replace(document, sections=document.sections[:9]))
     assert [json.loads(line)["passage_id"] for line in short["block"].split("\n")] == [
         f"D-1@v1#s{n}" for n in range(1, 10)
+    ]
+    ten = corpus.canonical_row(replace(document, sections=document.sections[:10]))
+    assert [json.loads(line)["passage_id"] for line in ten["block"].split("\n")][:3] == [
+        "D-1@v1#s1",
+        "D-1@v1#s10",
+        "D-1@v1#s2",
     ]
 
 

@@ -51,6 +51,8 @@ DOCUMENT_STATUSES = ("current", "superseded", "withdrawn")
 REQUIRED_KEYS = ("doc_id", "title", "version", "effective_date", "status", "language")
 DOC_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 UTF8_BOM = "\ufeff"
+# The largest version the tables hold (a 64-bit integer).
+MAX_VERSION = 2**63 - 1
 # Documents decoded together when the tables are read back from the canonical lines.
 TABLE_SLICE = 2048
 
@@ -311,6 +313,8 @@ def parse_document(text: str, source: str | Path) -> Document:
         version = int(version.lower().lstrip("v"))
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise _fail(source, f"version must be a positive integer, got {meta['version']!r}", 2)
+    if version > MAX_VERSION:
+        raise _fail(source, f"version {version} is too large (at most {MAX_VERSION})", 2)
     status = str(meta["status"])
     if status not in DOCUMENT_STATUSES:
         raise _fail(source, f"status {status!r} is not one of {', '.join(DOCUMENT_STATUSES)}", 2)
@@ -826,13 +830,21 @@ def _files_and_cached_rows(
     files_read: Future = Future()
     with ThreadPoolExecutor(1) as pool:
         cached = pool.submit(_cached_rows, files_read.result, store)
+        files = None
         try:
             files = read()
-        except BaseException as problem:
-            files_read.set_exception(problem)  # the thread stops waiting, and fails the same way
-            raise
-        files_read.set_result(files)
+        finally:
+            # However ``read`` ends (an error, an interrupt), the thread stops waiting: with the
+            # files, or with an error of its own that nobody asks for (the caller gets read's).
+            if files is None:
+                files_read.set_exception(_FilesNotRead())
+            else:
+                files_read.set_result(files)
         return files, cached.result()
+
+
+class _FilesNotRead(Exception):
+    """Given to a thread waiting for files that were not read (``_files_and_cached_rows``)."""
 
 
 def _resolve(
@@ -1152,9 +1164,9 @@ class SnapshotFiles:
     entries: dict[str, dict]
     store: SnapshotStore | None
     files: list[DocumentFile]
-    # The parse cache's rows of the files, when they were read with them (``cache_read``).
-    cached: pl.DataFrame | None = field(default=None, repr=False)
-    cache_read: bool = False
+    # ``[the parse cache's rows of the files]`` when they were read with them, until the
+    # verification that uses them takes them (so they are not held while tables are staged).
+    cached_rows: list = field(default_factory=list, repr=False)
 
     @property
     def file_digests(self) -> dict[str, str]:
@@ -1202,7 +1214,7 @@ def read_snapshot(
         read = partial(read_files, snapshot_dir, keep=False)
     if parse_cache is not None and parse_cache(manifest):
         files, cached = _files_and_cached_rows(read, store)
-        return SnapshotFiles(snapshot_dir, manifest, entries, store, files, cached, True)
+        return SnapshotFiles(snapshot_dir, manifest, entries, store, files, [cached])
     return SnapshotFiles(snapshot_dir, manifest, entries, store, read())
 
 
@@ -1253,7 +1265,7 @@ def verify_snapshot(
         files, store = read.files, read.store
     else:
         files, store = read_files(snapshot_dir), None
-    cached = read.cached if verify and read.cache_read else _cached_rows(files, store)
+    cached = read.cached_rows.pop() if verify and read.cached_rows else _cached_rows(files, store)
     resolved = _resolve(files, snapshot_dir, cached)
     digest = digest_of(resolved.canonical)
     document_digests = dict(resolved.canonical.select("doc_version_id", "document_digest").rows())
