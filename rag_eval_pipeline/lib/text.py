@@ -177,35 +177,25 @@ def _facts(
     )
     is_number = pl.col("word").str.contains("^[0-9]")
     as_number = pl.col("word").str.replace_all(",", ".", literal=True)
-    if within is None:
-        kept = tokens.filter(~pl.col("word").is_in(list(STOP_WORDS)))
-        distinct = kept.filter(~is_number)["word"].unique().to_list()
-        stems = pl.DataFrame(
-            {"word": distinct, "term": _stemmer().stemWords(distinct)},
-            schema={"word": pl.String, "term": pl.String},
-        )
-        found = kept.join(stems, on="word", how="left", maintain_order="left").select(
-            "at", pl.when(is_number).then(as_number).otherwise(pl.col("term")).alias("term")
-        )
-    else:
-        # Each distinct word's term (its stem, or a number as written with a point) is found
-        # once, and only the words whose term is in ``within`` are joined back to the tokens.
-        distinct = tokens.select(pl.col("word").unique()).filter(
-            ~pl.col("word").is_in(list(STOP_WORDS))
-        )
-        words = distinct.filter(~is_number)["word"].to_list()
-        terms = pl.concat(
-            [
-                pl.DataFrame(
-                    {"word": words, "term": _stemmer().stemWords(words)},
-                    schema={"word": pl.String, "term": pl.String},
-                ),
-                distinct.filter(is_number).select("word", as_number.alias("term")),
-            ]
-        ).filter(pl.col("term").is_in(sorted(within[0])))
-        found = tokens.join(terms, on="word", how="inner", maintain_order="left").select(
-            "at", "term"
-        )
+    # Each distinct word's term (its stem, or a number as written with a point) is found once
+    # and joined back to the tokens (stop words have none); with ``within``, only the words
+    # whose term is in it are.
+    distinct = tokens.select(pl.col("word").unique()).filter(
+        ~pl.col("word").is_in(list(STOP_WORDS))
+    )
+    words = distinct.filter(~is_number)["word"].to_list()
+    terms = pl.concat(
+        [
+            pl.DataFrame(
+                {"word": words, "term": _stemmer().stemWords(words)},
+                schema={"word": pl.String, "term": pl.String},
+            ),
+            distinct.filter(is_number).select("word", as_number.alias("term")),
+        ]
+    )
+    if within is not None:
+        terms = terms.filter(pl.col("term").is_in(sorted(within[0])))
+    found = tokens.join(terms, on="word", how="inner", maintain_order="left").select("at", "term")
     places = ascii_texts["at"].to_list()
     terms_at = _term_sets_at(found, frame.height, places)
     if terms_only:
