@@ -40,6 +40,13 @@ def stage_tables(store: RunStore, folder, tables: dict[str, pl.DataFrame]) -> li
     return written
 
 
+def is_staged(store: RunStore, corpus_digest: str) -> bool:
+    """Whether the corpus state ``corpus_digest`` has all its tables staged (a staging cut
+    short lacks its summary row, written last)."""
+    corpus_dir = store.corpus_dir(corpus_digest)
+    return all(store.has_table(corpus_dir, table) for table in CORPUS_TABLES)
+
+
 @dataclass(frozen=True)
 class StagedSnapshot:
     """A snapshot verified and staged: its identity, the staged summary row, its documents by
@@ -87,16 +94,14 @@ def stage_snapshot(store: RunStore, snapshot_dir: Path, loaded_at: dt.datetime) 
     was verified from, nothing is parsed; otherwise the snapshot is loaded and its corpus digest
     checked against the manifest (``CorpusError`` naming the changed documents, before anything
     is written)."""
-
-    def staged_already(manifest: dict) -> bool:
-        corpus_dir = store.corpus_dir(manifest["corpus_digest"])
-        return all(store.has_table(corpus_dir, table) for table in CORPUS_TABLES)
-
     # A snapshot not staged yet is verified in full: the parse cache is read beside its files.
-    read = read_snapshot(snapshot_dir, parse_cache=lambda manifest: not staged_already(manifest))
+    read = read_snapshot(
+        snapshot_dir,
+        parse_cache=lambda manifest: not is_staged(store, manifest["corpus_digest"]),
+    )
     corpus_dir = store.corpus_dir(read.manifest["corpus_digest"])
     known = store.read_json(corpus_dir / FILE_DIGESTS) or {}
-    staged = staged_already(read.manifest)
+    staged = is_staged(store, read.manifest["corpus_digest"])
     if staged and known.get("files") == read.file_digests:
         return _staged(store, corpus_dir, read.manifest, 0, 0)
     snapshot = verify_snapshot(snapshot_dir, read=read)
@@ -160,8 +165,7 @@ def read_drift(store: RunStore, golden_digest: str, corpus_digest: str) -> pl.Da
 def ensure_corpus(store: RunStore, corpus_root: Path, corpus_digest: str, loaded_at) -> bool:
     """Whether the corpus state ``corpus_digest`` is staged, staging it from the snapshot folder
     under ``corpus_root`` frozen with that digest when there is one."""
-    corpus_dir = store.corpus_dir(corpus_digest)
-    if all(store.has_table(corpus_dir, table) for table in CORPUS_TABLES):
+    if is_staged(store, corpus_digest):
         return True
     folder = find_snapshot(corpus_root, corpus_digest)
     if folder is None:
