@@ -796,17 +796,16 @@ class _Resolved:
 
 
 def _cached_rows(
-    files: Sequence[DocumentFile] | Callable[[], Sequence[DocumentFile]],
-    store: SnapshotStore | None,
+    files: Callable[[], Sequence[DocumentFile]], store: SnapshotStore | None
 ) -> pl.DataFrame | None:
-    """The parse cache's rows of ``files`` (those whose file digest it holds for the same
-    version), or None without a store or cache. ``files`` may be a function giving them, called
-    once the cache's first part is read (``SnapshotStore.cached_rows``)."""
+    """The parse cache's rows of the files ``files()`` gives (those whose file digest it holds
+    for the same version), or None without a store or cache. ``files`` is called once the
+    cache's first part is read (``SnapshotStore.cached_rows``)."""
     if store is None:
         return None
 
     def wanted() -> pl.DataFrame:
-        listed = files() if callable(files) else files
+        listed = files()
         return pl.DataFrame(
             {
                 "file_digest": [f.file_digest for f in listed],
@@ -1265,7 +1264,10 @@ def verify_snapshot(
         files, store = read.files, read.store
     else:
         files, store = read_files(snapshot_dir), None
-    cached = read.cached_rows.pop() if verify and read.cached_rows else _cached_rows(files, store)
+    if verify and read.cached_rows:
+        cached = read.cached_rows.pop()
+    else:
+        cached = _cached_rows(lambda: files, store)
     resolved = _resolve(files, snapshot_dir, cached)
     digest = digest_of(resolved.canonical)
     document_digests = dict(resolved.canonical.select("doc_version_id", "document_digest").rows())

@@ -290,25 +290,24 @@ class SnapshotStore:
         folder = self._cache_folder()
         return folder.is_dir() and any(folder.glob("*.parquet"))
 
-    def cached_rows(
-        self, wanted: pl.DataFrame | Callable[[], pl.DataFrame], schema: dict
-    ) -> pl.DataFrame | None:
+    def cached_rows(self, wanted: Callable[[], pl.DataFrame], schema: dict) -> pl.DataFrame | None:
         """The parse cache's rows (``file_digest`` and ``schema``) for the ``(file_digest,
-        doc_version_id)`` pairs of ``wanted``, or None when the cache is empty.
+        doc_version_id)`` pairs ``wanted()`` gives, or None when the cache is empty.
 
-        ``wanted`` may be a function giving the pairs, called once the first part is read: a
-        thread can then check and read the cache while the files it will be asked about are
-        still being read (``corpus._files_and_cached_rows``)."""
+        ``wanted`` is called once the first part is read: a thread can then check and read the
+        cache while the files it will be asked about are still being read
+        (``corpus._files_and_cached_rows``)."""
         columns = ["file_digest", *schema]
         frames = []
+        pairs = None
         for part in self._cache_parts():
             if not set(columns) <= set(pl.read_parquet_schema(part)):
                 continue
             rows = pl.read_parquet(part, columns=columns)
-            if callable(wanted):
-                wanted = wanted()
+            if pairs is None:
+                pairs = wanted()
             frame = rows.join(
-                wanted, on=["file_digest", "doc_version_id"], how="semi", maintain_order="left"
+                pairs, on=["file_digest", "doc_version_id"], how="semi", maintain_order="left"
             )
             if frame.height:
                 frames.append(frame)
