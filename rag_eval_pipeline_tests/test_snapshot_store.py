@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import stat
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -222,6 +223,16 @@ def test_a_file_that_cannot_be_stored_fails_the_freeze_with_the_first_such_file(
 
     monkeypatch.setattr(SnapshotStore, "_link_to_object", refusing)
     monkeypatch.setattr(SnapshotStore, "_adopt", lambda self, digest, path: False)
+    # The thread holding the earlier file starts late: the later file has failed by then, and
+    # the earlier one must still be tried (it comes first in order).
+    add_numbered = SnapshotStore._add_numbered
+
+    def late(self, files, previous, stop):
+        if any(f.path.name == earlier for _, f in files):
+            time.sleep(0.3)
+        return add_numbered(self, files, previous, stop)
+
+    monkeypatch.setattr(SnapshotStore, "_add_numbered", late)
     manifest = (folder / "manifest.json").read_bytes()
     with pytest.raises(OSError, match=f"cannot link {earlier}"):
         freeze(folder)

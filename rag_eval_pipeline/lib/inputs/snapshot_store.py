@@ -35,6 +35,7 @@ read-only files are read-only), edit it, then freeze it.
 import hashlib
 import itertools
 import json
+import math
 import os
 import stat
 import threading
@@ -74,6 +75,19 @@ _temporary_numbers = itertools.count()
 def _temporary(folder: Path | str, name: str) -> str:
     unique = f"{_TEMPORARY_PREFIX}-{os.getpid()}-{next(_temporary_numbers)}"
     return os.path.join(folder, f".{name}.{unique}.tmp")
+
+
+class _StopAfter:
+    """The position after which ``add_files``' threads store nothing more: the first failed
+    file's (-1 after an interrupt)."""
+
+    def __init__(self) -> None:
+        self.position = math.inf
+        self._lock = threading.Lock()
+
+    def lower(self, position: int) -> None:
+        with self._lock:
+            self.position = min(self.position, position)
 
 
 class SnapshotStore:
@@ -168,44 +182,45 @@ class SnapshotStore:
 
         The files are stored on two threads (system calls, mostly, which release the GIL: a
         re-freeze of a 20,000-document copy 4.4-4.6 s -> 3.6-4.1 s), split by digest so that
-        one object is only ever written by one thread; the warnings come in file order, and a
-        file that fails (or an interrupt) stops both threads at their next file and raises the
-        error of the first file in order that failed.
+        one object is only ever written by one thread; the warnings come in file order. A file
+        that fails stops both threads before any file after it in order (the other thread still
+        stores the files before it, so the error raised is the first failing file's, as one
+        thread would have found it); an interrupt stops both at their next file.
         """
         numbered = list(enumerate(files))
         halves = [
             [(n, f) for n, f in numbered if int(f.file_digest[-1], 16) % 2 == half]
             for half in (0, 1)
         ]
-        stop = threading.Event()
+        stop = _StopAfter()
         with ThreadPoolExecutor(2) as pool:
             running = [pool.submit(self._add_numbered, half, previous, stop) for half in halves]
             try:
                 done = [future.result() for future in running]
             except BaseException:  # an interrupt: both threads stop at their next file
-                stop.set()
+                stop.lower(-1)
                 raise
         failures = [failure for _, _, failure in done if failure is not None]
-        if failures:  # the first file in order that failed, as one thread would have stopped at
+        if failures:
             raise min(failures, key=lambda failure: failure[0])[1]
         problems = sorted((item for _, found, _ in done for item in found), key=lambda i: i[0])
         return sum(stored for stored, _, _ in done), [problem for _, problem in problems]
 
     def _add_numbered(
-        self, files: Sequence[tuple[int, object]], previous: dict[str, dict], stop: threading.Event
+        self, files: Sequence[tuple[int, object]], previous: dict[str, dict], stop: "_StopAfter"
     ) -> tuple[int, list[tuple[int, str]], tuple[int, BaseException] | None]:
-        """``add_files`` of ``(position, file)`` pairs: the bytes newly stored, each warning
-        with the position of its file, and the position and error of the file that failed (the
-        other thread is then told to ``stop`` before its next file)."""
+        """``add_files`` of ``(position, file)`` pairs, in position order: the bytes newly
+        stored, each warning with the position of its file, and the position and error of the
+        file that failed (the other thread then stops before any later position)."""
         stored = 0
         problems: list[tuple[int, str]] = []
         for position, document_file in files:
-            if stop.is_set():
+            if position > stop.position:
                 break
             try:
                 stored += self._add_one(document_file, previous, position, problems)
             except Exception as error:
-                stop.set()
+                stop.lower(position)
                 return stored, problems, (position, error)
         return stored, problems, None
 
