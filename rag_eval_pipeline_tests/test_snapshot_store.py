@@ -350,6 +350,54 @@ def test_staging_writes_the_tables_snapshot_tables_builds(snapshot_id, tmp_path,
         assert_frame_equal(store.read_table(corpus_dir, table), conform(frame, table))
 
 
+def test_a_sliced_table_reads_back_with_parquet_types_everywhere(tmp_path):
+    """The slices reach Arrow as string views and the file keeps no Arrow schema of its own:
+    pyarrow reads plain strings, 32-bit integers and dates, DuckDB reads VARCHAR, and the rows
+    come back exactly, nulls and non-ASCII text included."""
+    import duckdb
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from polars.testing import assert_frame_equal
+
+    from rag_eval_pipeline.lib.store.tables import conform
+
+    rows = conform(
+        load_snapshot(project_path("corpus_snapshots") / sorted(BUNDLED)[0]).passages.with_columns(
+            pl.lit("d" * 64).alias("corpus_digest")
+        ),
+        "corpus_passages",
+    ).with_columns(
+        pl.when(pl.int_range(pl.len()) == 0)
+        .then(pl.lit("Température « 2–8 °C »\nligne 2"))
+        .otherwise(pl.col("text"))
+        .alias("text")
+    )
+    store = RunStore(tmp_path)
+    folder = store.corpus_dir("d" * 64)
+    path = store.write_table_slices(
+        folder, "corpus_passages", [rows.head(3), rows.slice(3, 0), rows.slice(3)]
+    )
+    assert_frame_equal(store.read_table(folder, "corpus_passages"), rows)
+    assert b"ARROW:schema" not in (pq.read_metadata(str(path)).metadata or {})
+    schema = pq.read_schema(str(path))
+    assert schema.field("text").type == pa.string()
+    assert schema.field("version").type == pa.int32()
+    assert schema.field("effective_date").type == pa.date32()
+    assert pq.read_table(str(path)).num_rows == rows.height
+    with duckdb.connect() as connection:
+        kinds = {
+            name: kind
+            for name, kind, *_ in connection.execute(f"DESCRIBE SELECT * FROM '{path}'").fetchall()
+        }
+        first = connection.execute(
+            f"SELECT text FROM '{path}' WHERE passage_id = ?", [rows["passage_id"][0]]
+        ).fetchall()
+    assert kinds["text"] == kinds["superseded_by"] == "VARCHAR"
+    assert (kinds["version"], kinds["effective_date"]) == ("INTEGER", "DATE")
+    assert first == [("Température « 2–8 °C »\nligne 2",)]
+
+
 def test_a_sliced_table_that_fails_midway_leaves_nothing(tmp_path):
     """``write_table_slices`` renames the part into place only once every slice is written: a
     slice that fails leaves no part and no temporary file."""

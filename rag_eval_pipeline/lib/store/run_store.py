@@ -92,13 +92,21 @@ class RunStore:
         ``<folder>/<table>/<part>.parquet``, a row group or more each, so the frames are never
         held together: a caller that builds each frame only when asked for it holds two at a
         time (one being written while the next is built). The part appears only once every
-        frame is written."""
+        frame is written.
+
+        The frames reach Arrow as Polars holds them (strings as ``string_view``, without the
+        copy into ``large_string`` that ``to_arrow()`` makes: 0.12 s for a 20,000-document
+        corpus's passages, and Arrow writes views about a fifth faster). The file stores no
+        Arrow schema of its own, so its columns read back with Parquet's own types (strings,
+        32-bit integers, dates), as they did before in Polars and DuckDB, and as ``string``
+        in pyarrow."""
         import pyarrow.parquet as pq
 
         target = folder / table / f"{part}.parquet"
+        as_held = pl.CompatLevel.newest()
 
         def write(handle) -> None:
-            schema = conform(empty(table), table).to_arrow().schema
+            schema = conform(empty(table), table).to_arrow(compat_level=as_held).schema
             with (
                 pq.ParquetWriter(
                     handle,
@@ -106,6 +114,7 @@ class RunStore:
                     compression="zstd",
                     compression_level=PARQUET_ZSTD_LEVEL,
                     write_statistics=True,
+                    store_schema=False,
                 ) as writer,
                 ThreadPoolExecutor(1) as pool,
             ):
@@ -113,7 +122,7 @@ class RunStore:
                 # while the caller builds the next one.
                 written = None
                 for frame in frames:
-                    rows = conform(frame, table).to_arrow().cast(schema)
+                    rows = conform(frame, table).to_arrow(compat_level=as_held).cast(schema)
                     if written is not None:
                         written.result()
                     written = pool.submit(writer.write_table, rows)
