@@ -254,11 +254,22 @@ def test_complete_scores_judged_but_unretrieved_queries_zero():
 
 @pytest.mark.parametrize("rel_level", [0, 1, 2])
 @pytest.mark.parametrize(
-    "measures", [["AP"], ["RR"], ["nDCG@5"], ["P@2", "RR"], ["Success@100"], ["R@1", "AP"]]
+    "measures",
+    [
+        ["AP"],
+        ["RR"],
+        ["nDCG@5"],
+        ["nDCG_exp@3"],
+        ["nDCG@10", "nDCG_exp@1"],
+        ["P@2", "RR"],
+        ["Success@100"],
+        ["R@1", "AP"],
+    ],
 )
 def test_a_subset_of_measures_gives_the_values_of_the_full_request(measures, rel_level):
     """Cut-off measures alone take the short path (only rows that can reach max(k) are ranked);
-    with AP or RR the whole run is ranked. Both must give the same numbers."""
+    with AP or RR the whole run is ranked. Both must give the same numbers, with nDCG and
+    nDCG_exp asked for alone or together."""
     run, qrels = random_collection(4)
     every = [*EVERY_MEASURE, "P@2", "nDCG@5", "Success@100", "R@1"]
     for complete in (True, False):
