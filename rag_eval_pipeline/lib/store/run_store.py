@@ -97,9 +97,9 @@ class RunStore:
         The frames reach Arrow as Polars holds them (strings as ``string_view``, without the
         copy into ``large_string`` that ``to_arrow()`` makes: 0.12 s for a 20,000-document
         corpus's passages, and Arrow writes views about a fifth faster). The file stores no
-        Arrow schema of its own, so its columns read back with Parquet's own types (strings,
-        32-bit integers, dates), as they did before in Polars and DuckDB, and as ``string``
-        in pyarrow."""
+        Arrow schema of its own, so its columns read back with Parquet's own types, which hold
+        every contract type as it is (strings, integers, dates, timestamps without a time
+        zone): the same as before in Polars and DuckDB, and ``string`` in pyarrow."""
         import pyarrow.parquet as pq
 
         target = folder / table / f"{part}.parquet"
