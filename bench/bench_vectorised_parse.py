@@ -105,35 +105,34 @@ def polars_lines(contents: list[bytes]) -> tuple[list[str], list[str], list[str]
         .then(pl.lit("null"))
         .otherwise(_quoted(pl.col("superseded_by")))
     )
-    line = pl.concat_str(
+    passage_id = pl.concat_str(
         [
-            pl.lit('{"doc_id":'),
-            _quoted(pl.col("doc_id")),
-            pl.lit(',"effective_date":'),
-            _quoted(pl.col("effective_date")),
-            pl.lit(',"language":'),
-            _quoted(pl.col("language")),
-            pl.lit(',"passage_id":"'),
+            pl.lit('"'),
             _escaped(pl.col("doc_id")),
             pl.lit("@v"),
             pl.col("version"),
             pl.lit("#s"),
             pl.col("number").cast(pl.String),
-            pl.lit('","section_title":'),
-            _quoted(pl.col("section_title")),
-            pl.lit(',"status":'),
-            _quoted(pl.col("status")),
-            pl.lit(',"superseded_by":'),
-            superseded_by,
-            pl.lit(',"text":'),
-            _quoted(pl.col("text")),
-            pl.lit(',"title":'),
-            _quoted(pl.col("title")),
-            pl.lit(',"version":'),
-            pl.col("version"),
-            pl.lit("}"),
+            pl.lit('"'),
         ]
-    ).alias("line")
+    )
+    # The fields in the canonical line's order (its keys sorted).
+    fields = {
+        "doc_id": _quoted(pl.col("doc_id")),
+        "effective_date": _quoted(pl.col("effective_date")),
+        "language": _quoted(pl.col("language")),
+        "passage_id": passage_id,
+        "section_title": _quoted(pl.col("section_title")),
+        "status": _quoted(pl.col("status")),
+        "superseded_by": superseded_by,
+        "text": _quoted(pl.col("text")),
+        "title": _quoted(pl.col("title")),
+        "version": pl.col("version"),
+    }
+    pieces = []
+    for position, (key, value) in enumerate(fields.items()):
+        pieces += [pl.lit(("{" if position == 0 else ",") + f'"{key}":'), value]
+    line = pl.concat_str([*pieces, pl.lit("}")]).alias("line")
     lines = sections.join(meta, on="doc").select("doc", "number", line).sort("doc", "number")
     blocks = lines.group_by("doc", maintain_order=True).agg(pl.col("line").str.join("\n"))
     lines, blocks = pl.collect_all([lines, blocks])
