@@ -32,7 +32,7 @@ from rag_eval_pipeline.lib.judges.protocol import (
     UNSUPPORTED,
     Verdict,
 )
-from rag_eval_pipeline.lib.judges.run import judge_traces
+from rag_eval_pipeline.lib.judges.run import judge_traces, passage_texts
 from rag_eval_pipeline.lib.judges.stability import stability_rows, unstable_claims
 from rag_eval_pipeline.lib.paths import project_root
 from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
@@ -944,3 +944,32 @@ def test_bundled_nightly_has_real_calibration_and_ppi_rows(tmp_path):
     )
     assert [source for source, _ in diagnosed] == ["golden", "production"]
     assert all(n_items > 100 for _, n_items in diagnosed)
+
+
+def test_passage_texts_are_the_texts_of_each_corpus_state_taken_when_looked_up():
+    """``passage_texts`` maps ``(corpus_digest, passage_id)`` to the text, as a dict of every
+    row would: the same keys and texts, a key given twice keeps its last row, an id of another
+    state is not in it, and a missing key raises ``KeyError``; a text is taken from the frame
+    only when looked up."""
+    passages = pl.DataFrame(
+        {
+            "corpus_digest": ["d1", "d1", "d2", "d2"],
+            "passage_id": ["P@v1#s1", "P@v1#s2", "P@v1#s1", "P@v1#s2"],
+            "text": ["old wording", "kept at 2-8 °C", "new wording", "replaced"],
+            "title": ["t"] * 4,
+        }
+    )
+    passages = pl.concat([passages, passages.tail(1).with_columns(text=pl.lit("last row"))])
+    texts = passage_texts(passages)
+    assert not texts._taken  # no text is made a Python string before it is looked up
+    every_row = {
+        (d, p): t for d, p, t in passages.select("corpus_digest", "passage_id", "text").rows()
+    }
+    assert len(texts) == len(every_row) == 4
+    assert dict(texts) == every_row
+    assert texts[("d2", "P@v1#s2")] == "last row"
+    assert texts[("d1", "P@v1#s1")] == "old wording" and texts[("d2", "P@v1#s1")] == "new wording"
+    assert ("d1", "P@v1#s2") in texts and ("d3", "P@v1#s1") not in texts
+    assert ("d1", "P@v1#s9") not in texts
+    with pytest.raises(KeyError):
+        texts[("d3", "P@v1#s1")]

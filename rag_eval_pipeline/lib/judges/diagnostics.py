@@ -26,6 +26,7 @@ ENTAILED by them, so ``precision`` understates correctness while the recall metr
 reference claim found in the answer or the context) read as intended.
 """
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -78,7 +79,7 @@ class DiagnosticPair(NamedTuple):
 def diagnostic_items(
     traces: pl.DataFrame,
     items: pl.DataFrame,
-    texts: dict[tuple[str, str], str],
+    texts: Mapping[tuple[str, str], str],
 ) -> list[DiagnosticItem]:
     """The traces to diagnose. ``traces``: ``source, item_id, golden_item_id, answer,
     context_ids, corpus_digest`` of the sampled answered traces; ``items``: the golden items.

@@ -21,7 +21,7 @@ text and the JSON payload / 4, plus a reply allowance (30 tokens a verdict; the 
 characters / 4 + 16 a claim split). A local judge (the deterministic one) sends no requests.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import polars as pl
@@ -147,7 +147,7 @@ def _verdicts_line(
 def plan_judging(
     judge: Judge,
     sample: pl.DataFrame,
-    texts: dict[tuple[str, str], str],
+    texts: Mapping[tuple[str, str], str],
     *,
     repeats: int,
     diagnosed: list[DiagnosticItem],

