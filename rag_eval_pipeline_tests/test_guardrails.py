@@ -236,3 +236,44 @@ def test_guardrail_metrics_on_the_fixture_night(library, tmp_path):
         "evidence_check_false_refusal_rate": (0.0, 3),
         "citation_check_rejection_rate": (0.0, 3),
     }
+
+
+class _ListedSystem:
+    """A system whose hits are given: item ``i`` gets ``hits[i]``."""
+
+    def __init__(self, hits):
+        self.hits = hits
+
+    def retrieve_batch(self, queries, k):
+        return [list(item_hits[:k]) for item_hits in self.hits]
+
+
+def test_retrieval_results_lists_every_hit_of_every_item_with_its_status():
+    """One row per hit (the top ``depth`` the system gave each item), with each passage's
+    status in the snapshot (null for an id the snapshot lacks); an item without hits has no
+    row, and a system that answers another number of items is refused."""
+    from rag_eval_pipeline.lib.systems.run import retrieval_results
+
+    items = pl.DataFrame(
+        {"item_id": ["a", "b", "c"], "question": ["q1", "q2", "q3"], "language": ["en"] * 3}
+    )
+    passages = pl.DataFrame(
+        {"passage_id": ["P@v1#s1", "P@v2#s1"], "status": ["superseded", "current"]}
+    )
+    hits = [
+        [Hit("P@v2#s1", 2.5, 1), Hit("NOT-IN@v1#s1", 1.0, 2), Hit("P@v1#s1", 0.5, 3)],
+        [],
+        [Hit("P@v1#s1", 7.0, 1)],
+    ]
+    rows = retrieval_results(_ListedSystem(hits), items, passages, 2)
+    assert rows.columns == ["item_id", "rank", "passage_id", "score", "status"]
+    assert rows.schema["rank"] == pl.Int32 and rows.schema["score"] == pl.Float64
+    assert rows.sort("item_id", "rank").rows() == [
+        ("a", 1, "P@v2#s1", 2.5, "current"),
+        ("a", 2, "NOT-IN@v1#s1", 1.0, None),
+        ("c", 1, "P@v1#s1", 7.0, "superseded"),
+    ]
+    empty = retrieval_results(_ListedSystem([[], [], []]), items, passages, 5)
+    assert empty.height == 0 and empty.columns == rows.columns
+    with pytest.raises(ValueError, match="2 hit lists for 3 items"):
+        retrieval_results(_ListedSystem(hits[:2]), items, passages, 5)

@@ -32,15 +32,23 @@ def retrieval_results(
     """``item_id, rank, passage_id, score, status``: the top ``depth`` for every item, each
     passage with its version status in the snapshot (null for an id the snapshot lacks)."""
     hits = system.retrieve_batch(queries_of(items), depth)
-    rows = [
-        {"item_id": item_id, "rank": hit.rank, "passage_id": hit.passage_id, "score": hit.score}
-        for item_id, item_hits in zip(items["item_id"], hits, strict=True)
-        for hit in item_hits
-    ]
-    schema = row_schema("retrieval_results", without=("eval_run_id", "status"))
-    return pl.DataFrame(rows, schema=schema).join(
-        passages.select("passage_id", "status"), on="passage_id", how="left"
+    if len(hits) != items.height:
+        raise ValueError(f"{len(hits)} hit lists for {items.height} items")
+    # The hits (named tuples) become rows as they are, each with its item's position: half the
+    # time of a dict per hit (270,000 hits: 0.10-0.16 s against 0.20-0.24 s).
+    listed = pl.DataFrame(
+        [hit for item_hits in hits for hit in item_hits],
+        schema={"passage_id": pl.String, "score": pl.Float64, "rank": pl.Int64},
+        orient="row",
     )
+    item_of_hit = [position for position, item_hits in enumerate(hits) for _ in item_hits]
+    schema = row_schema("retrieval_results", without=("eval_run_id", "status"))
+    rows = (
+        listed.with_columns(items["item_id"].gather(item_of_hit).alias("item_id"))
+        .select(list(schema))
+        .cast(schema)
+    )
+    return rows.join(passages.select("passage_id", "status"), on="passage_id", how="left")
 
 
 def system_calls(system: SystemUnderTest, items: pl.DataFrame) -> pl.DataFrame:
