@@ -252,6 +252,8 @@ def test_retrieval_results_lists_every_hit_of_every_item_with_its_status():
     """One row per hit (the top ``depth`` the system gave each item), with each passage's
     status in the snapshot (null for an id the snapshot lacks); an item without hits has no
     row, and a system that answers another number of items is refused."""
+    from types import SimpleNamespace
+
     from rag_eval_pipeline.lib.systems.run import retrieval_results
 
     items = pl.DataFrame(
@@ -263,7 +265,8 @@ def test_retrieval_results_lists_every_hit_of_every_item_with_its_status():
     hits = [
         [Hit("P@v2#s1", 2.5, 1), Hit("NOT-IN@v1#s1", 1.0, 2), Hit("P@v1#s1", 0.5, 3)],
         [],
-        [Hit("P@v1#s1", 7.0, 1)],
+        # A hit is read by its fields' names, whatever object carries them.
+        [SimpleNamespace(rank=1, score=7.0, passage_id="P@v1#s1")],
     ]
     rows = retrieval_results(_ListedSystem(hits), items, passages, 2)
     assert rows.columns == ["item_id", "rank", "passage_id", "score", "status"]

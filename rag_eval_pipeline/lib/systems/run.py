@@ -34,12 +34,16 @@ def retrieval_results(
     hits = system.retrieve_batch(queries_of(items), depth)
     if len(hits) != items.height:
         raise ValueError(f"{len(hits)} hit lists for {items.height} items")
-    # The hits (named tuples) become rows as they are, each with its item's position: half the
-    # time of a dict per hit (270,000 hits: 0.10-0.16 s against 0.20-0.24 s).
+    # A column per field of the hits and each hit's item position: about a third of the time of
+    # a dict per hit (270,000 hits: 0.05-0.09 s against 0.20-0.24 s).
+    flat = [hit for item_hits in hits for hit in item_hits]
     listed = pl.DataFrame(
-        [hit for item_hits in hits for hit in item_hits],
+        {
+            "passage_id": [hit.passage_id for hit in flat],
+            "score": [hit.score for hit in flat],
+            "rank": [hit.rank for hit in flat],
+        },
         schema={"passage_id": pl.String, "score": pl.Float64, "rank": pl.Int64},
-        orient="row",
     )
     item_of_hit = [position for position, item_hits in enumerate(hits) for _ in item_hits]
     schema = row_schema("retrieval_results", without=("eval_run_id", "status"))
