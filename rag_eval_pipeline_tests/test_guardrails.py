@@ -245,13 +245,15 @@ class _ListedSystem:
         self.hits = hits
 
     def retrieve_batch(self, queries, k):
-        return [list(item_hits[:k]) for item_hits in self.hits]
+        # Iterators, not lists: a system may hand back any iterable of hits for each item.
+        return (iter(item_hits[:k]) for item_hits in self.hits)
 
 
 def test_retrieval_results_lists_every_hit_of_every_item_with_its_status():
     """One row per hit (the top ``depth`` the system gave each item), with each passage's
     status in the snapshot (null for an id the snapshot lacks); an item without hits has no
-    row, and a system that answers another number of items is refused."""
+    row; a value of another type is converted, one that cannot be is refused; and a system that
+    answers another number of items is refused."""
     from types import SimpleNamespace
 
     from rag_eval_pipeline.lib.systems.run import retrieval_results
@@ -265,8 +267,9 @@ def test_retrieval_results_lists_every_hit_of_every_item_with_its_status():
     hits = [
         [Hit("P@v2#s1", 2.5, 1), Hit("NOT-IN@v1#s1", 1.0, 2), Hit("P@v1#s1", 0.5, 3)],
         [],
-        # A hit is read by its fields' names, whatever object carries them.
-        [SimpleNamespace(rank=1, score=7.0, passage_id="P@v1#s1")],
+        # A hit is read by its fields' names, whatever object carries them, its values
+        # converted to the table's types.
+        [SimpleNamespace(rank=1.0, score="7.0", passage_id="P@v1#s1")],
     ]
     rows = retrieval_results(_ListedSystem(hits), items, passages, 2)
     assert rows.columns == ["item_id", "rank", "passage_id", "score", "status"]
@@ -280,3 +283,6 @@ def test_retrieval_results_lists_every_hit_of_every_item_with_its_status():
     assert empty.height == 0 and empty.columns == rows.columns
     with pytest.raises(ValueError, match="2 hit lists for 3 items"):
         retrieval_results(_ListedSystem(hits[:2]), items, passages, 5)
+    unreadable = [[], [], [SimpleNamespace(rank=1, score="high", passage_id="P@v1#s1")]]
+    with pytest.raises(pl.exceptions.ComputeError, match="high"):
+        retrieval_results(_ListedSystem(unreadable), items, passages, 5)
