@@ -31,8 +31,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from compiled_modules import add_bytecode_option, keep_compiled_modules
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MEASURES = ("nDCG@5", "nDCG@10", "P@5", "R@5", "RR", "AP")
 TOLERANCE = 1e-4
@@ -132,20 +132,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261001)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp/rag_eval_bench_evaluate_run"))
-    parser.add_argument(
-        "--no-bytecode-cache",
-        action="store_true",
-        help="run the processes with the environment as it is (see the module docstring)",
-    )
+    add_bytecode_option(parser)
     args = parser.parse_args()
     if not args.no_bytecode_cache:
-        # Every process reads and writes compiled modules under <work>/pycache, as an installed
-        # environment keeps them; with PYTHONDONTWRITEBYTECODE set (as on the machines this
-        # project is built on) each process would compile every changed module again.
-        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-        os.environ["PYTHONPYCACHEPREFIX"] = str(args.work / "pycache")
-        # Compiled once here, outside the timed runs.
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "rag_eval_pipeline")])
+        keep_compiled_modules(os.environ, args.work)
 
     qrels, run = write_inputs(args.work, args.queries, args.depth, args.seed)
     script = args.work / "plain_pytrec_eval.py"

@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from compiled_modules import add_bytecode_option, keep_compiled_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GOALS = {20_000: (20.0, 1024), 100_000: (90.0, 4096)}
@@ -138,17 +140,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="2000,20000,100000")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--work", type=Path, default=Path("/tmp/rag_eval_bench_scale"))
-    parser.add_argument("--no-bytecode-cache", action="store_true")
+    add_bytecode_option(parser)
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     args.work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if not args.no_bytecode_cache:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(args.work / "pycache")
-        # Compile once, outside the timed runs, as an installed environment has.
-        subprocess.run([str(BIN / "rag-eval"), "nightly", "--help"], env=env, capture_output=True)
-        subprocess.run([sys.executable, "-c", "import rag_eval_pipeline.definitions"], env=env)
+        keep_compiled_modules(env, args.work)
     import_seconds, _, _ = measured([sys.executable, "-c", "import dagster"], env)
     print(f"reference: python -c 'import dagster' {import_seconds:.2f} s")
 

@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from compiled_modules import add_bytecode_option, keep_compiled_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 FIRST, SECOND = "2026-10-01", "2026-11-01"
@@ -110,20 +112,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/rag_eval_bench_snapshots"))
-    parser.add_argument(
-        "--no-bytecode-cache",
-        action="store_true",
-        help="run the processes with the environment as it is (see the module docstring)",
-    )
+    add_bytecode_option(parser)
     args = parser.parse_args()
     if not args.no_bytecode_cache:
-        # Every process reads and writes compiled modules under <work>/pycache, as an installed
-        # environment keeps them; with PYTHONDONTWRITEBYTECODE set (as on the machines this
-        # project is built on) each process would compile every changed module again.
-        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-        os.environ["PYTHONPYCACHEPREFIX"] = str(args.work / "pycache")
-        # Compiled once here, outside the timed runs.
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "rag_eval_pipeline")])
+        keep_compiled_modules(os.environ, args.work)
     args.work.mkdir(parents=True, exist_ok=True)
     source = generated(args.work, args.documents, args.seed)
     files = list((source / FIRST / "documents").iterdir())
