@@ -114,8 +114,11 @@ def nested(frame: pl.DataFrame, value: str) -> dict[str, dict[str, float]]:
 
 
 def warehouse_run(connection) -> pl.DataFrame:
+    """The run as the measures rank it, by the system's ranks: pytrec_eval orders by score, so
+    it is given minus the rank."""
     return connection.sql(
-        "SELECT item_id AS query_id, passage_id AS doc_id, score FROM retrieval_results"
+        "SELECT item_id AS query_id, passage_id AS doc_id, -rank::DOUBLE AS score "
+        "FROM retrieval_results"
     ).pl()
 
 

@@ -443,3 +443,57 @@ def test_a_perfect_ranking_scores_exactly_one_and_nothing_scores_above_one():
     ndcg = values.filter(pl.col("measure").str.starts_with("nDCG"))
     assert ndcg.height == 4000 * 4
     assert (ndcg["value"] == 1.0).all()
+
+
+def test_a_systems_lists_are_ranked_by_its_ranks_not_reordered_by_score():
+    """A system's ``retrieval_results`` are measured in the order of the ranks it gave (a
+    reranker may send its first stage's scores): here every score runs against the ranks, and
+    item b's ranks have gaps (1, 4, 9: positions 1, 2, 3). Hand-computed, by position:
+    a: gold g1 (grade 3) at 2, the superseded s1 at 1 -> RR 1/2, Success@1 0, Stale@2 1;
+    b: gold g2 (grade 2) at 3 -> RR 1/3, R@2 0, Success@3 1, nDCG@3 = (2 / log2 4) / 2 = 1/2."""
+    results = pl.DataFrame(
+        {
+            "item_id": ["a", "a", "a", "b", "b", "b"],
+            "passage_id": ["s1", "g1", "x1", "y1", "y2", "g2"],
+            "rank": [1, 2, 3, 1, 4, 9],
+            "score": [0.1, 0.5, 0.9, 1.0, 2.0, 3.0],
+            "status": ["superseded", "current", "current", "current", "current", "current"],
+            "eval_run_id": ["run"] * 6,
+        }
+    )
+    items = pl.DataFrame(
+        {
+            "item_id": ["a", "b"],
+            "stratum": ["lookup", "lookup"],
+            "language": ["en", "en"],
+            "answerable": [True, True],
+            "golden_digest": ["golden"] * 2,
+        }
+    )
+    gold = pl.DataFrame(
+        {
+            "item_id": ["a", "a", "b"],
+            "passage_id": ["g1", "s1", "g2"],
+            "grade": [3, 1, 2],
+            "golden_digest": ["golden"] * 3,
+        }
+    )
+    per_item, _, excluded = retrieval.retrieval_tables(
+        results, items, gold, cutoffs=[1, 2, 3], rel_level=2, seed=1, resamples=10
+    )
+    values = {
+        (item, measure if k is None else f"{measure}@{k}"): value
+        for item, measure, k, value in per_item.select(
+            "item_id", "measure", "k", "value"
+        ).iter_rows()
+    }
+    assert excluded == []
+    assert values[("a", "RR")] == pytest.approx(1 / 2)
+    assert values[("a", "Success@1")] == 0.0
+    assert values[("a", "Success@2")] == 1.0
+    assert values[("a", "Stale@2")] == 1.0
+    assert values[("b", "RR")] == pytest.approx(1 / 3)
+    assert values[("b", "R@2")] == 0.0
+    assert values[("b", "Success@3")] == 1.0
+    assert values[("b", "nDCG@3")] == pytest.approx(0.5)
+    assert values[("b", "Stale@3")] == 0.0

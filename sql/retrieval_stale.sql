@@ -10,8 +10,11 @@ WITH items AS (
           WHERE golden_digest = $golden_digest AND grade >= $rel_level
       )
 ),
+-- A passage's rank is its position in the item's list in the system's rank order (the measures'
+-- rank: a system may leave gaps between its ranks).
 results AS (
-    SELECT r.item_id, r.rank, r.status, g.grade
+    SELECT r.item_id, row_number() OVER (PARTITION BY r.item_id ORDER BY r.rank) AS rank,
+           r.status, g.grade
     FROM retrieval_results AS r
     LEFT JOIN golden_gold AS g
         ON g.golden_digest = $golden_digest AND g.item_id = r.item_id AND g.passage_id = r.passage_id

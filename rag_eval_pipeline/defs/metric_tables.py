@@ -24,7 +24,7 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         partitions=partitions,
         group="metrics",
         kinds={"duckdb", "sql", "polars"},
-        code_version="retrieval-metrics-v3",
+        code_version="retrieval-metrics-v4",
     )
     def retrieval_metrics(
         context: dg.AssetExecutionContext, retrieval_run: dict, warehouse_db: WarehouseResource

@@ -20,8 +20,11 @@ superseded version at grade 1 is not a hit; only a judged passage can be relevan
   divided by the DCG of every judged passage in grade order. ``nDCG_exp@k`` uses the exponential
   gain 2^grade - 1 (Burges; the Stanford IR book), labelled as such.
 
-Score ties: score descending, then passage id descending (trec_eval). Queries with no relevant
-passage are excluded from every mean and reported as ``excluded``.
+Order: a scored run (a TREC run file, ``per_query``) is ranked as trec_eval ranks it, by score
+descending, then passage id descending, its rank column ignored. A system's retrieved lists
+(``retrieval_tables``) are ranked by the ranks the system gave, distinct within an item: its
+scores are recorded but do not reorder them (a reranker may return its first stage's scores).
+Queries with no relevant passage are excluded from every mean and reported as ``excluded``.
 
 Speed: the run is read once as a whole, to find the row numbers of each query's max(k) + 1
 highest scores: by NumPy (``argpartition`` over blocks of queries with the same number of rows)
@@ -721,13 +724,19 @@ def retrieval_tables(
 
     ``results`` are the run's ``retrieval_results``; ``items`` and ``gold`` the golden set's
     ``golden_items`` and ``golden_gold``. Every measure of ``RUN_MEASURES`` at every cut-off, AP
-    and RR without a cut-off, and Stale@k, over answerable items only.
+    and RR without a cut-off, and Stale@k, over answerable items only. Each item's passages are
+    ranked by the ``rank`` the system gave them, as Stale@k ranks them, never reordered by
+    ``score``.
     """
     ks = sorted(set(cutoffs))
     measures = [f"{m}@{k}" for m in RUN_MEASURES for k in ks] + ["AP", "RR"]
     answerable = items.filter(pl.col("answerable"))
+    # Ranked by the system's own ranks: the kernel orders by score descending, so it is given
+    # minus the rank (ranks are distinct within an item, so nothing ties).
     run = results.select(
-        pl.col("item_id").alias("query_id"), pl.col("passage_id").alias("doc_id"), "score"
+        pl.col("item_id").alias("query_id"),
+        pl.col("passage_id").alias("doc_id"),
+        score=-pl.col("rank").cast(pl.Float64),
     )
     qrels = gold.join(answerable.select("item_id"), on="item_id", how="semi").select(
         pl.col("item_id").alias("query_id"), pl.col("passage_id").alias("doc_id"), "grade"
