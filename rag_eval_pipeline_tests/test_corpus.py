@@ -258,5 +258,50 @@ def test_a_version_too_large_for_the_tables_names_the_file(tmp_path):
         "status: current\nlanguage: en\n---\n## S\ntext\n",
         encoding="utf-8",
     )
-    with pytest.raises(CorpusError, match=rf"H-1@v{version}\.md:2: version {version} is too large"):
+    with pytest.raises(CorpusError, match=rf"H-1@v{version}\.md:4: version {version} is too large"):
+        load_snapshot(folder, verify=False)
+
+
+def test_rag_eval_freeze_reports_an_impossible_date_naming_the_file_and_line(library, capsys):
+    """A date YAML reads as a timestamp that no calendar has (month 13) is an error naming the
+    file, the line and the value, not a traceback; nothing is written."""
+    from rag_eval_pipeline.cli import main
+
+    document = library / "2026-10-01" / "documents" / "XFER-FAX-001@v1.md"
+    text = document.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    number = next(i for i, line in enumerate(lines, 1) if line.startswith("effective_date:"))
+    document.write_text(
+        text.replace(lines[number - 1], "effective_date: 2026-13-45"), encoding="utf-8"
+    )
+    manifest = (library / "2026-10-01" / "manifest.json").read_bytes()
+    assert main(["freeze", str(library / "2026-10-01")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: {document}:{number}: front matter has an invalid value "
+        "(effective_date: 2026-13-45): month must be in 1..12"
+    )
+    assert "Traceback" not in err
+    assert (library / "2026-10-01" / "manifest.json").read_bytes() == manifest
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "message"),
+    [
+        ("status: current", "status: active", 6, "status 'active' is not one of"),
+        ("version: 1", "version: one", 4, "version must be a positive integer, got 'one'"),
+        ("effective_date: 2026-01-02", "effective_date: '2026-1-2'", 5, "is not YYYY-MM-DD"),
+        ("doc_id: H-1", "doc_id: H 1", 2, "has characters outside"),
+        ("language: en\n", "", 1, "missing 'language' in front matter"),
+    ],
+)
+def test_a_bad_front_matter_value_names_the_line_of_its_key(tmp_path, old, new, line, message):
+    text = (
+        "---\ndoc_id: H-1\ntitle: T\nversion: 1\neffective_date: 2026-01-02\n"
+        "status: current\nlanguage: en\n---\n## S\ntext\n"
+    )
+    folder = tmp_path / "2026-10-01"
+    (folder / "documents").mkdir(parents=True)
+    (folder / "documents" / "H-1@v1.md").write_text(text.replace(old, new), encoding="utf-8")
+    with pytest.raises(CorpusError, match=rf"H-1@v1\.md:{line}: .*{message}"):
         load_snapshot(folder, verify=False)

@@ -214,7 +214,10 @@ def _plain_scalar(value: str) -> object:
         return int(value)
     date = _ISO_DATE.fullmatch(value)
     if tag == "tag:yaml.org,2002:timestamp" and date:
-        return dt.date(int(date[1]), int(date[2]), int(date[3]))
+        try:
+            return dt.date(int(date[1]), int(date[2]), int(date[3]))
+        except ValueError:  # 2026-13-45: the YAML parser's error, which names the value, says so
+            return _UNRESOLVED
     return _UNRESOLVED
 
 
@@ -239,6 +242,19 @@ def _simple_front_matter(lines: Sequence[str]) -> dict | None:
     return meta
 
 
+def _invalid_value_line(lines: Sequence[str]) -> tuple[str, int]:
+    """For a front matter the YAML parser refused with a ``ValueError``: `` (<line>)`` and the
+    file's line number of the first line that alone gives that error, or nothing and line 2."""
+    for number, line in enumerate(lines, 2):
+        try:
+            yaml.safe_load(line)
+        except ValueError:
+            return f" ({line.strip()})", number
+        except yaml.YAMLError:
+            continue
+    return "", 2
+
+
 def front_matter(lines: Sequence[str], source: str | Path) -> dict:
     """The front matter lines (between the ``---`` lines) as ``yaml.safe_load`` reads them.
 
@@ -255,7 +271,8 @@ def front_matter(lines: Sequence[str], source: str | Path) -> dict:
     except yaml.YAMLError as exc:
         raise _fail(source, f"front matter is not valid YAML: {exc}", 2) from None
     except ValueError as exc:  # e.g. a timestamp YAML matches but the calendar does not have
-        raise _fail(source, f"front matter has an invalid value: {exc}", 2) from None
+        line, number = _invalid_value_line(lines)
+        raise _fail(source, f"front matter has an invalid value{line}: {exc}", number) from None
     if not isinstance(meta, dict):
         raise _fail(source, "front matter must be a mapping of keys to values", 2)
     return meta
@@ -272,6 +289,13 @@ def _heading_starts(body: str) -> list[int]:
         starts.append(position + 1)
         position = body.find("\n## ", position + 1)
     return starts
+
+
+def _key_line(meta_lines: Sequence[str], key: str) -> int:
+    """The file's line number of ``key:`` in the front matter (its first ``---`` is line 1), or
+    line 1 when the key is not written there (missing, or inside other YAML)."""
+    prefix = f"{key}:"
+    return next((number for number, line in enumerate(meta_lines, 2) if line.startswith(prefix)), 1)
 
 
 def parse_document(text: str, source: str | Path) -> Document:
@@ -301,31 +325,37 @@ def parse_document(text: str, source: str | Path) -> Document:
     if end is None:
         raise _fail(source, "front matter is not closed by a '---' line", 1)
     meta = front_matter(meta_lines, source)
+
+    def fail_at(key: str, message: str) -> CorpusError:
+        return _fail(source, message, _key_line(meta_lines, key))
+
     for key in REQUIRED_KEYS:
         if meta.get(key) in (None, ""):
             what = "document without a version" if key == "version" else f"missing '{key}'"
-            raise _fail(source, f"{what} in front matter", 1)
+            raise fail_at(key, f"{what} in front matter")
     doc_id = str(meta["doc_id"])
     if not DOC_ID_PATTERN.match(doc_id):
-        raise _fail(source, f"doc_id {doc_id!r} has characters outside [A-Za-z0-9_.:-]", 2)
+        raise fail_at("doc_id", f"doc_id {doc_id!r} has characters outside [A-Za-z0-9_.:-]")
     version = meta["version"]
     if isinstance(version, str) and version.lower().lstrip("v").isdigit():
         version = int(version.lower().lstrip("v"))
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise _fail(source, f"version must be a positive integer, got {meta['version']!r}", 2)
+        raise fail_at("version", f"version must be a positive integer, got {meta['version']!r}")
     if version > MAX_VERSION:
-        raise _fail(source, f"version {version} is too large (at most {MAX_VERSION})", 2)
+        raise fail_at("version", f"version {version} is too large (at most {MAX_VERSION})")
     status = str(meta["status"])
     if status not in DOCUMENT_STATUSES:
-        raise _fail(source, f"status {status!r} is not one of {', '.join(DOCUMENT_STATUSES)}", 2)
+        raise fail_at("status", f"status {status!r} is not one of {', '.join(DOCUMENT_STATUSES)}")
     effective = meta["effective_date"]
     if isinstance(effective, str):
         try:
             effective = dt.date.fromisoformat(effective)
         except ValueError:
-            raise _fail(source, f"effective_date {effective!r} is not YYYY-MM-DD", 2) from None
+            raise fail_at(
+                "effective_date", f"effective_date {effective!r} is not YYYY-MM-DD"
+            ) from None
     if not isinstance(effective, dt.date):
-        raise _fail(source, f"effective_date {effective!r} is not YYYY-MM-DD", 2)
+        raise fail_at("effective_date", f"effective_date {effective!r} is not YYYY-MM-DD")
 
     body = "" if position < 0 else text[position + 1 :]
     headings = _heading_starts(body)
