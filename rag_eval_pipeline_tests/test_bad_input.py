@@ -1,12 +1,13 @@
 """Bad input fails with the file, the line or document and the problem, and writes nothing."""
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from rag_eval_pipeline.lib.inputs.corpus import CorpusError, load_snapshot
+from rag_eval_pipeline.lib.inputs.corpus import CorpusError, freeze_snapshot, load_snapshot
 from rag_eval_pipeline.lib.inputs.golden import GoldenSetError, load_golden_set
 
 from .conftest import materialize_night
@@ -67,6 +68,44 @@ def test_unknown_gold_passage_id_names_line_and_id(library, tmp_path):
     assert "not in snapshot 2026-10-01" in message
     assert table_count(warehouse, "golden_items") == 0
     assert table_count(warehouse, "golden_gold") == 0
+
+
+@pytest.mark.parametrize("label", ["2026-12-02", "yesterday"])
+def test_an_item_labelled_against_no_snapshot_names_line_and_label(library, tmp_path, label):
+    """A ``labelled_against`` naming no snapshot folder (nor a frozen digest) would leave the
+    item's gold ids checked against nothing, so a typo in one (here a section that does not
+    exist) would pass as a retrieval miss: the night fails naming the line and the label."""
+    golden = library / "golden.jsonl"
+    item = json.loads(golden.read_text().splitlines()[1])
+    item["gold"][0]["passage_id"] = "STORE-FRIDGE-001@v2#s9"
+    item["labelled_against"] = label
+    replace_line(golden, 2, json.dumps(item))
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    message = failure_message(result)
+    assert f"golden.jsonl:2: item 'q2' is labelled against '{label}', which names no snapshot" in (
+        message
+    )
+    assert "snapshot folders: 2026-10-01;" in message
+    assert table_count(warehouse, "golden_items") == 0
+
+
+def test_an_item_labelled_against_an_earlier_snapshot_or_its_digest_is_accepted(library, tmp_path):
+    """The labels a golden set may carry: a snapshot folder's name, or a frozen corpus digest
+    (here of an earlier snapshot, a copy with one section edited)."""
+    earlier = library / "2026-09-01"
+    shutil.copytree(library / "2026-10-01" / "documents", earlier / "documents")
+    edited = earlier / "documents" / "STORE-FRIDGE-001@v1.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nOne more line.\n", encoding="utf-8")
+    digest = freeze_snapshot(earlier)["corpus_digest"]
+    golden = library / "golden.jsonl"
+    lines = golden.read_text().splitlines()
+    for number, label in ((2, "2026-09-01"), (3, digest)):
+        item = json.loads(lines[number - 1])
+        item["labelled_against"] = label
+        replace_line(golden, number, json.dumps(item))
+    assert materialize_night(library, tmp_path / "w.duckdb").success
 
 
 def test_snapshot_that_no_longer_matches_its_manifest(library, tmp_path):

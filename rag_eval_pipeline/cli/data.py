@@ -251,7 +251,10 @@ def add_commands(commands) -> None:
     )
     importer.add_argument("--snapshot-dir", help="default suites/<suite>/corpus_snapshots/<date>")
     importer.add_argument("--golden", help="golden-set JSONL to write (default suites/<suite>/)")
-    importer.add_argument("--labelled-against", help="default: the frozen corpus digest")
+    importer.add_argument(
+        "--labelled-against",
+        help="the snapshot's folder name or corpus digest (default: the frozen corpus digest)",
+    )
     importer.add_argument("--effective-date", type=project.night, default="2026-01-01")
     importer.add_argument("--grade-map", help="source:target grades, e.g. 4:3,3:2,2:2,1:2")
     importer.add_argument(

@@ -8,6 +8,7 @@ from rag_eval_pipeline.defs.partitions import night_and_suite
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
 from rag_eval_pipeline.lib.inputs.golden import (
     NO_ANSWER_STRATA,
+    check_labelled_against,
     golden_tables,
     load_golden_set,
     strata_counts,
@@ -44,8 +45,9 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
     ):
         """Golden items and graded gold passages of the suite, checked against the snapshot.
 
-        Every gold id must exist in the snapshot the set was labelled against (an unknown id fails
-        naming the line, before anything is written). Items whose answering passage is no longer
+        Every item is labelled against a snapshot of the suite's corpus root (its folder name or
+        frozen digest), and every gold id must exist in the snapshot the set was labelled against
+        (an unknown id fails naming the line, before anything is written). Items whose answering passage is no longer
         current are kept and flagged in ``golden_drift`` for re-labelling.
         """
         _, suite_name = night_and_suite(context)
@@ -54,6 +56,13 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         store = warehouse_db.run_store()
         digest = corpus_snapshot["corpus_digest"]
         passages = store.read_table(store.corpus_dir(digest), "corpus_passages")
+        check_labelled_against(
+            golden,
+            suites.suite(suite_name).corpus_root,
+            snapshot_id=corpus_snapshot["snapshot_id"],
+            corpus_digest=digest,
+            source=str(path),
+        )
         drift = validate_against_snapshot(
             golden,
             passages,

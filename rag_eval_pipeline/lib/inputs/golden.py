@@ -226,6 +226,51 @@ def validate_against_snapshot(
     )
 
 
+def check_labelled_against(
+    golden: GoldenSet,
+    corpus_root: Path,
+    *,
+    snapshot_id: str,
+    corpus_digest: str,
+    source: str,
+) -> None:
+    """Every item's ``labelled_against`` names a snapshot of ``corpus_root``: a snapshot folder's
+    name or the corpus digest one was frozen with. An item labelled against no snapshot (a typo,
+    a date with no folder) would have its gold ids checked against none, so a wrong id would
+    pass as a retrieval miss: it fails naming the first such line, with the snapshots there."""
+    values = set(golden.items["labelled_against"].to_list()) - {snapshot_id, corpus_digest}
+    if not values:
+        return
+    from rag_eval_pipeline.lib.inputs.corpus import find_snapshot
+
+    root = Path(corpus_root)
+    folders = sorted(
+        entry.name
+        for entry in (root.iterdir() if root.is_dir() else ())
+        if (entry / "documents").is_dir() or (entry / "manifest.json").is_file()
+    )
+    unknown = {
+        value
+        for value in values
+        if value not in folders
+        and not (len(value) == 64 and find_snapshot(root, value) is not None)
+    }
+    if not unknown:
+        return
+    first = (
+        golden.items.filter(pl.col("labelled_against").is_in(sorted(unknown)))
+        .sort("line")
+        .row(0, named=True)
+    )
+    raise GoldenSetError(
+        f"{source}:{first['line']}: item '{first['item_id']}' is labelled against "
+        f"{first['labelled_against']!r}, which names no snapshot of {root} (snapshot folders: "
+        f"{', '.join(folders) or 'none'}; a frozen corpus digest also names one): set "
+        "'labelled_against' to the snapshot its gold passages were chosen in, so their ids "
+        "are checked"
+    )
+
+
 def golden_tables(golden: GoldenSet) -> dict[str, pl.DataFrame]:
     """The rows kept for one golden set, keyed by table, each carrying the golden digest."""
     digest = pl.lit(golden.golden_digest).alias("golden_digest")
