@@ -51,7 +51,7 @@ class Nights:
         assert result.success
         return result
 
-    def compare(self, night: str, run_config: dict | None = None):
+    def compare(self, night: str, run_config: dict | None = None, tags: dict | None = None):
         return materialize_suite(
             night,
             SUITE,
@@ -60,6 +60,7 @@ class Nights:
             assets=self.assets,
             selection=[a for a in self.assets if a.key.path[-1] == "run_comparison"],
             run_config=run_config,
+            tags=tags,
         )
 
     def tick(self):
@@ -129,7 +130,24 @@ def test_same_digests_request_the_comparison(nights):
         {"run": candidate},
     )
     assert ("Success@5", 0.0, 1.0, 3, True) in rows
-    assert len(rows) == 10
+    assert len(rows) == 11  # COMPARED_METRICS
+
+
+def test_a_comparison_already_run_from_the_command_line_is_not_requested_again(nights):
+    """``rag-eval nightly`` compares in its own process, tagging the run with the decision; a
+    daemon started afterwards (its guard's cursor at the start of history) or running beside it
+    does not request that comparison a second time, and says which run carried it out."""
+    nights.run("2026-10-15")
+    nights.run("2026-10-16")
+    fresh = Nights(nights.library, nights.warehouse)
+    fresh.instance = nights.instance
+    [request] = fresh.tick().run_requests
+    compared = nights.compare("2026-10-16", request.run_config, tags=dict(request.tags))
+    assert compared.success
+    nights.cursor = None
+    tick = nights.tick()
+    assert tick.run_requests == []
+    assert f"already carried out by run {compared.run_id}" in tick.skip_message
 
 
 def test_different_corpus_digest_is_skipped_with_both_digests(nights, library):
@@ -291,3 +309,49 @@ def test_paired_bootstrap_agrees_with_scipy():
     assert low == pytest.approx(reference.low, abs=0.003)
     assert high == pytest.approx(reference.high, abs=0.003)
     assert p_value < 0.001
+
+
+def test_refusals_are_compared_per_stratum_and_confident_wrong_on_answerable_items():
+    """A refusal is a failure on an answerable item and a success on a no-answer one, so the
+    comparison keeps them apart as the summary does: here the candidate answers one more
+    answerable item right and refuses both no-answer items the baseline answered. By hand:
+    false_refusal 1/2 -> 0/2, confident_wrong (answerable) 0/2 -> 0/2, correct_refusal 0/2 ->
+    2/2; one "refused" rate over all four items would have stayed at 1/4 -> 2/4, a regression."""
+    from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, compare_items
+    from rag_eval_pipeline.lib.runs.baselines import item_values
+
+    rows = [
+        # run, item, answerable, refused, correct, confident_wrong
+        ("base", "a1", True, False, True, False),
+        ("base", "a2", True, True, False, False),
+        ("base", "n1", False, False, False, True),
+        ("base", "n2", False, False, False, True),
+        ("cand", "a1", True, False, True, False),
+        ("cand", "a2", True, False, True, False),
+        ("cand", "n1", False, True, True, False),
+        ("cand", "n2", False, True, True, False),
+    ]
+    with duckdb.connect() as connection:
+        connection.execute(
+            "CREATE TABLE retrieval_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
+            "measure VARCHAR, k INTEGER, value DOUBLE)"
+        )
+        connection.execute(
+            "CREATE TABLE generation_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
+            "answerable BOOLEAN, refused BOOLEAN, correct BOOLEAN, confident_wrong BOOLEAN, "
+            "token_f1 DOUBLE)"
+        )
+        connection.executemany(
+            "INSERT INTO generation_item_metrics VALUES (?, ?, ?, ?, ?, ?, NULL)", rows
+        )
+        candidate, baseline = item_values(connection, "cand"), item_values(connection, "base")
+    compared = {
+        row["metric"]: row
+        for row in compare_items(candidate, baseline, COMPARED_METRICS).iter_rows(named=True)
+    }
+    assert "refused" not in compared
+    values = {m: (r["baseline_value"], r["candidate_value"], r["n"]) for m, r in compared.items()}
+    assert values["false_refusal"] == (0.5, 0.0, 2)
+    assert values["confident_wrong"] == (0.0, 0.0, 2)
+    assert values["correct_refusal"] == (0.0, 1.0, 2)
+    assert values["answer_correct"] == (0.5, 1.0, 2)

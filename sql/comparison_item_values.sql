@@ -1,5 +1,9 @@
 -- Per-item values of one evaluation run, long format (item_id, metric, value), for paired
--- comparisons: retrieval measures by their full name (e.g. 'nDCG@10') and generation outcomes.
+-- comparisons: retrieval measures by their full name (e.g. 'nDCG@10') and generation outcomes,
+-- each over the items it is defined on, as the summary scopes them: answer_correct,
+-- false_refusal, confident_wrong and token_f1 over answerable items, correct_refusal over the
+-- no-answer items (a refusal is a failure on one and a success on the other, so one "refused"
+-- rate over both cannot say better or worse). UNPIVOT leaves out the NULLs of the other items.
 -- Parameter: $eval_run_id.
 SELECT
     item_id,
@@ -13,10 +17,13 @@ FROM (
     SELECT
         item_id,
         CASE WHEN answerable THEN correct::DOUBLE END AS answer_correct,
-        refused::DOUBLE AS refused,
-        confident_wrong::DOUBLE AS confident_wrong,
+        CASE WHEN answerable THEN refused::DOUBLE END AS false_refusal,
+        CASE WHEN NOT answerable THEN refused::DOUBLE END AS correct_refusal,
+        CASE WHEN answerable THEN confident_wrong::DOUBLE END AS confident_wrong,
         CASE WHEN answerable THEN token_f1 END AS token_f1
     FROM generation_item_metrics
     WHERE eval_run_id = $eval_run_id
 )
-UNPIVOT (value FOR metric IN (answer_correct, refused, confident_wrong, token_f1))
+UNPIVOT (
+    value FOR metric IN (answer_correct, false_refusal, correct_refusal, confident_wrong, token_f1)
+)

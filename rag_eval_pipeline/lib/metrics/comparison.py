@@ -1,7 +1,8 @@
 """Paired comparisons between two evaluation runs on the same golden items.
 
 Runs are compared item by item (the same golden question in both runs):
-- binary outcomes (hit at k, answer correct, refused, confident wrong) with the exact McNemar
+- binary outcomes (hit at k, answer correct, false refusal, confident wrong on answerable items;
+  correct refusal on the no-answer items) with the exact McNemar
   test: under the null the discordant pairs split 50/50, p = min(1, 2 * P(X <= min(b, c))) with
   X ~ Binomial(b + c, 1/2) (statsmodels ``mcnemar(exact=True)``);
 - means (RR@k, nDCG@k, recall, token F1) with a paired percentile bootstrap of the mean
@@ -40,10 +41,13 @@ COMPARED_METRICS = (
     MetricSpec("RR@5", PAIRED_BOOTSTRAP),
     MetricSpec("nDCG@10", PAIRED_BOOTSTRAP),
     MetricSpec("AP", PAIRED_BOOTSTRAP),
+    # Over answerable items, except correct_refusal: over the no-answer items
+    # (sql/comparison_item_values.sql).
     MetricSpec("answer_correct", MCNEMAR),
-    MetricSpec("refused", MCNEMAR, higher_is_better=False),
+    MetricSpec("false_refusal", MCNEMAR, higher_is_better=False),
     MetricSpec("confident_wrong", MCNEMAR, higher_is_better=False),
     MetricSpec("token_f1", PAIRED_BOOTSTRAP),
+    MetricSpec("correct_refusal", MCNEMAR),
 )
 
 
