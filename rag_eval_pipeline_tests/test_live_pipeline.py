@@ -176,6 +176,8 @@ def test_the_live_run_records_its_capture_and_identity(three_runs, served_refere
     assert (calls["attempts"] == 1).all() and calls["latency_ms"].is_not_null().all()
     summary = format_summary(headline_from_tables(connection, three_runs["http"]))
     assert "system errors                0 of 266 (0.0%)" in summary
+    # The version the service reported is shown beside its id, as an engineer names it.
+    assert f"  system            http  version {config['system_version']}  config " in summary
     assert re.search(r"latency p50 / p95 / max\s+[\d.]+ / [\d.]+ / [\d.]+ ms  \(n=266\)", summary)
 
 

@@ -7,6 +7,7 @@ endpoint and webhook on 127.0.0.1.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -488,6 +489,61 @@ def test_a_failing_gate_posts_an_alert_and_no_url_means_no_alert(library, tmp_pa
     assert hook.url not in json.dumps(alert)
 
 
+def test_rag_eval_nightly_posts_the_alert_of_a_failed_gate_itself(library, tmp_path):
+    """A night run by ``rag-eval nightly`` (cron, a CI job) executes in that process, where the
+    daemon's run-status sensor does not see it: the command posts the alert itself, once, and
+    exits 1; the evaluation run stays complete (its gates failed, not the run)."""
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "version: 1\ngates:\n  - name: impossible_recall\n    table: retrieval_metrics\n"
+        "    metric: R@1\n    statistic: value\n    op: '>='\n    threshold: 1.01\n"
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    warehouse = project / "warehouse" / "rag_eval.duckdb"
+    with Webhook() as hook:
+        env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"} | {
+            "RAG_EVAL_PROJECT_DIR": str(project),
+            "RAG_EVAL_SUITES": str(fixture_suites(library)),
+            "RAG_EVAL_WAREHOUSE": str(warehouse),
+            "RAG_EVAL_GATES": str(gates),
+            "RAG_EVAL_ALERT_WEBHOOK": hook.url,
+        }
+        completed = subprocess.run(
+            [RAG_EVAL, "nightly", "--suite", "golden", "--partition", NIGHT, "--no-summary"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        summary = subprocess.run(
+            [RAG_EVAL, "summary"], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+    assert completed.returncode == 1, completed.stderr
+    assert "release gates failed" in completed.stderr
+    [alert] = hook.received
+    assert alert["kind"] == "gate_failure" and "gate_impossible_recall" in alert["text"]
+    with duckdb.connect(str(warehouse), read_only=True) as connection:
+        [(eval_run_id, status)] = connection.sql(
+            "SELECT eval_run_id, status FROM eval_runs"
+        ).fetchall()
+        gates = connection.sql(
+            "SELECT eval_run_id, gate, status, passed, op, threshold FROM gate_results"
+        ).fetchall()
+    assert (alert["eval_run_id"], status) == (eval_run_id, "complete")
+    # The run's own record says which gate failed, and so does its summary.
+    assert gates == [(eval_run_id, "impossible_recall", "failed", False, ">=", 1.01)]
+    assert "Release gates (gates.yaml, version 1): 0 passed, 1 failed, 0 not assessed" in (
+        summary.stdout
+    )
+    assert re.search(r"^  FAILED +impossible_recall", summary.stdout, re.MULTILINE)
+    # A no-answer stratum the golden set has no item of is "not measured", not left out.
+    assert re.search(
+        r"^  near_miss: +not measured \(no items of this stratum", summary.stdout, re.MULTILINE
+    )
+
+
 def test_a_failed_run_posts_a_run_failure_alert(library, tmp_path, monkeypatch):
     warehouse = tmp_path / "w.duckdb"
     instance = dg.DagsterInstance.ephemeral()
@@ -540,7 +596,7 @@ def test_a_significant_regression_fails_the_comparison_and_posts_an_alert(tmp_pa
         alert_for_failed_run(comparison, instance, warehouse)
     [alert] = hook.received
     assert alert["kind"] == "regression"
-    assert "refused" in alert["text"] and "answer_correct" in alert["text"]
+    assert "false_refusal" in alert["text"] and "answer_correct" in alert["text"]
 
 
 def test_the_alert_text_names_a_regression():
@@ -604,3 +660,38 @@ def test_a_run_killed_inside_the_summary_is_not_the_latest_complete_run(library,
     assert query(
         warehouse, "SELECT status FROM eval_runs WHERE eval_run_id = $r", {"r": partial_id}
     ) == [("started",)]
+
+
+def test_a_writer_killed_while_publishing_leaves_no_copy_behind_the_next_publish(tmp_path):
+    """A writer killed with SIGKILL inside its publish leaves its private copy (and write-ahead
+    log) beside the warehouse; the next writer, holding the publish lock, removes it, and
+    leaves other files alone. The published file is the one from before the kill."""
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+    path = tmp_path / "rag_eval.duckdb"
+    with Warehouse(path).writing() as connection:
+        connection.execute("CREATE TABLE notes (n INTEGER)")
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys\n"
+            "from rag_eval_pipeline.lib.store.warehouse import Warehouse\n"
+            "with Warehouse(sys.argv[1]).writing() as connection:\n"
+            "    connection.execute('INSERT INTO notes VALUES (1)')\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n",
+            str(path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".rag_eval.duckdb."))
+    assert left and all(
+        re.fullmatch(r"\.rag_eval\.duckdb\.[0-9]+\.[0-9a-f]{32}(\.wal)?", n) for n in left
+    )
+    unrelated = tmp_path / ".rag_eval.duckdb.notes"
+    unrelated.write_text("kept")
+    with Warehouse(path).writing() as connection:
+        assert connection.sql("SELECT count(*) FROM notes").fetchall() == [(0,)]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [unrelated.name]

@@ -18,3 +18,13 @@ FROM judge_rate_estimates WHERE eval_run_id = $run AND method NOT LIKE 'ppi%'
 SELECT scope, scope_value, metric, method, unit, value, ci_low, ci_high, n_judged, n_labelled,
        reason
 FROM judge_rate_estimates WHERE eval_run_id = $run AND method LIKE 'ppi%'
+
+-- name: forget_results
+-- A run evaluated again (the same identity) keeps the gates of its latest summary only.
+DELETE FROM gate_results WHERE eval_run_id = $run
+
+-- name: record_result
+INSERT INTO gate_results VALUES (
+    $run, $gate, $gates_file, $gates_version, $status, $passed, $observed, $op, $threshold,
+    $margin, $message
+)

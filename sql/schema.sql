@@ -346,4 +346,20 @@ CREATE TABLE IF NOT EXISTS baseline_decisions (
     previous_baseline_run_id VARCHAR,
     requested_by VARCHAR,
     reason VARCHAR NOT NULL
-)
+);
+-- The release gates checked on a run (eval_summary), one row per gate of the gates file, kept
+-- with the run so its record says which passed: status passed, failed, "judge not calibrated"
+-- or "metric missing" (the last two: not assessed).
+CREATE TABLE IF NOT EXISTS gate_results (
+    eval_run_id VARCHAR NOT NULL,
+    gate VARCHAR NOT NULL,
+    gates_file VARCHAR NOT NULL,
+    gates_version INTEGER,
+    status VARCHAR NOT NULL,
+    passed BOOLEAN NOT NULL,
+    observed DOUBLE,
+    op VARCHAR NOT NULL,
+    threshold DOUBLE NOT NULL,
+    margin DOUBLE,
+    message VARCHAR NOT NULL
+);

@@ -19,3 +19,7 @@ WHERE eval_run_id = $run AND recommended
 -- name: calibration
 SELECT judge_id, n, agreement, kappa, calibrated, reason FROM judge_calibration
 WHERE eval_run_id = $run
+
+-- name: gates
+SELECT gate, status, passed, observed, op, threshold, margin, message, gates_file, gates_version
+FROM gate_results WHERE eval_run_id = $run ORDER BY passed, gate

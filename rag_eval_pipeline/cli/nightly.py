@@ -265,12 +265,25 @@ def summary_facts(result) -> dict | None:
     return metadata_values(materializations[-1].metadata) if materializations else None
 
 
-def mark_failed(instance, result, reason: str) -> None:
-    """Mark the evaluation run of a failed Dagster run as failed in the warehouse."""
+def mark_failed(instance, result, reason: str, *, alert: bool = True) -> None:
+    """A failed Dagster run executed here: its evaluation run marked failed in the warehouse
+    (unless it had completed: a failed gate leaves it complete) and, unless ``alert`` is False
+    (an interrupt), the alert the ``failure_alerts`` sensor posts for the daemon's runs, which
+    does not see runs executed in this process. A webhook that refuses it is a warning."""
+    from rag_eval_pipeline.defs.alerts import alert_failed_run
+
     run = instance.get_run_by_id(result.run_id)
-    eval_run_id = run.tags.get(EVAL_RUN_TAG) if run is not None else None
-    if eval_run_id:
-        project.warehouse_resource().abandon(eval_run_id, reason)
+    if run is None:
+        return
+    if not alert:
+        eval_run_id = run.tags.get(EVAL_RUN_TAG)
+        if eval_run_id:
+            project.warehouse_resource().abandon(eval_run_id, reason)
+        return
+    try:
+        alert_failed_run(instance, run, reason, project.warehouse_resource())
+    except RuntimeError as error:  # the webhook did not take it, after its retries
+        print(f"warning: {error}", file=sys.stderr)
 
 
 def command_nightly(args: argparse.Namespace) -> int:
@@ -279,7 +292,7 @@ def command_nightly(args: argparse.Namespace) -> int:
 
     from rag_eval_pipeline.defs import build_definitions
     from rag_eval_pipeline.defs.partitions import SUITE, check_night, partition_key
-    from rag_eval_pipeline.defs.sensors import fail_abandoned_runs, guard_requests
+    from rag_eval_pipeline.defs.sensors import decided_by, fail_abandoned_runs, guard_requests
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
     from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
 
@@ -317,10 +330,11 @@ def command_nightly(args: argparse.Namespace) -> int:
         print(f"timing: job {time.perf_counter() - loaded:.2f} s", file=sys.stderr)
     step_failures = failure_messages(result)
     if step_failures:
-        mark_failed(instance, result, "; ".join(step_failures))
+        interrupted = any("interrupted" in line for line in step_failures)
+        mark_failed(instance, result, "; ".join(step_failures), alert=not interrupted)
         for line in step_failures:
             print(f"error: {line}", file=sys.stderr)
-        if any("interrupted" in line for line in step_failures):
+        if interrupted:
             sys.stderr.flush()
             # Threads still waiting on an endpoint must not keep the process alive.
             os._exit(128 + signal.SIGTERM)
@@ -336,6 +350,9 @@ def command_nightly(args: argparse.Namespace) -> int:
             headline = headline_from_tables(connection, summary["eval_run_id"])
         print(format_summary(headline, warehouse=str(warehouse.path)))
     failed, warned = failed_checks(result)
+    # Runs that failed on their gates alone (a release gate, a significant regression): alerted
+    # once everything is run.
+    gated = [] if result.success else [result]
     # The comparison guard, as the sensor would run it under the daemon: compare, re-baseline
     # (then compare), or say why not.
     while args.guard and summary:
@@ -344,6 +361,10 @@ def command_nightly(args: argparse.Namespace) -> int:
         if not requests:
             break
         request = requests[0]
+        earlier = decided_by(instance, request)
+        if earlier is not None:
+            print(f"{request.job_name} for {request.partition_key}: already run ({earlier})")
+            break
         print(f"running {request.job_name} for {request.partition_key}", file=sys.stderr)
         follow_up = run_job(
             defs,
@@ -361,6 +382,7 @@ def command_nightly(args: argparse.Namespace) -> int:
                 print(f"error: {line}", file=sys.stderr)
             return 1
         more_failed, more_warned = failed_checks(follow_up)
+        gated += [] if follow_up.success else [follow_up]
         failed += more_failed
         warned += more_warned
         if request.job_name == "run_comparison_job":
@@ -371,12 +393,14 @@ def command_nightly(args: argparse.Namespace) -> int:
         summary = summary_facts(follow_up)
     for line in warned:
         print(f"warning: {line}", file=sys.stderr)
+    for ended in gated:
+        mark_failed(instance, ended, "; ".join(failed) or "the run failed")
     if failed:
         print("\nrelease gates failed:", file=sys.stderr)
         for line in failed:
             print(f"  {line}", file=sys.stderr)
         return 1
-    return 0
+    return 0 if not gated else 1
 
 
 def comparison_line(row: dict) -> str:

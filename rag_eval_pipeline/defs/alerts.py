@@ -29,16 +29,18 @@ def failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, 
     return failed
 
 
-@dg.run_failure_sensor(
-    name="failure_alerts",
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    monitor_all_code_locations=False,
-    description="Marks a failed night's evaluation run failed and posts an alert to the webhook.",
-)
-def failure_alerts(context: dg.RunFailureSensorContext, warehouse_db: WarehouseResource):
-    run = context.dagster_run
+def alert_failed_run(
+    instance: dg.DagsterInstance,
+    run: dg.DagsterRun,
+    message: str,
+    warehouse_db: WarehouseResource,
+    log=None,
+) -> None:
+    """What a failed run brings: its evaluation run marked failed (when it had not completed)
+    and an alert posted to the webhook in ``RAG_EVAL_ALERT_WEBHOOK``, if one is set. The sensor
+    does this for the runs the daemon sees; ``rag-eval nightly`` for the runs it executes in
+    its own process, which a run-status sensor does not see."""
     eval_run_id = run.tags.get(EVAL_RUN_TAG)
-    message = context.failure_event.message or "the run failed"
     if eval_run_id:
         warehouse_db.abandon(eval_run_id, message)
     alert = alert_for(
@@ -46,12 +48,30 @@ def failure_alerts(context: dg.RunFailureSensorContext, warehouse_db: WarehouseR
         job=run.job_name,
         partition=run.tags.get("dagster/partition"),
         eval_run_id=eval_run_id,
-        failed_checks=failed_checks(context.instance, run.run_id),
+        failed_checks=failed_checks(instance, run.run_id),
         failure_message=message,
     )
     url = dg.EnvVar(WEBHOOK_VARIABLE).get_value()
     if not url:
-        context.log.info(f"no {WEBHOOK_VARIABLE}: not posting {alert.kind} alert for {run.run_id}")
+        if log is not None:
+            log.info(f"no {WEBHOOK_VARIABLE}: not posting {alert.kind} alert for {run.run_id}")
         return
     status = post_alert(url, alert)
-    context.log.info(f"posted {alert.kind} alert for {run.run_id}: HTTP {status}")
+    if log is not None:
+        log.info(f"posted {alert.kind} alert for {run.run_id}: HTTP {status}")
+
+
+@dg.run_failure_sensor(
+    name="failure_alerts",
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    monitor_all_code_locations=False,
+    description="Marks a failed night's evaluation run failed and posts an alert to the webhook.",
+)
+def failure_alerts(context: dg.RunFailureSensorContext, warehouse_db: WarehouseResource):
+    alert_failed_run(
+        context.instance,
+        context.dagster_run,
+        context.failure_event.message or "the run failed",
+        warehouse_db,
+        context.log,
+    )

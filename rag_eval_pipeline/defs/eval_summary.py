@@ -129,6 +129,7 @@ def build_eval_summary(
                     max_judge_error_share=gates.max_judge_error_share,
                 )
                 results = gate_results(connection, record.eval_run_id, finished.headline, gates)
+                record_gate_results(connection, record.eval_run_id, results, gates)
                 report_data = load_report_data(connection, record.eval_run_id)
                 drawing.join()
                 charts = painter.submit(render_charts, report_data)
@@ -166,6 +167,29 @@ def gate_results(connection, eval_run_id: str, headline: dict, gates: GateSet) -
         ppi=read_frame(connection, sql_query("gates", "ppi_rows"), params),
         min_labels_for_ppi=gates.min_labels_for_ppi,
     )
+
+
+def record_gate_results(connection, eval_run_id: str, results: list, gates: GateSet) -> None:
+    """The gates' results kept with the run (``gate_results``), in the same publish as its
+    tables: the run's own record says which gates passed, failed or were not assessed."""
+    connection.execute(sql_query("gates", "forget_results"), {"run": eval_run_id})
+    for result in results:
+        connection.execute(
+            sql_query("gates", "record_result"),
+            {
+                "run": eval_run_id,
+                "gate": result.gate.name,
+                "gates_file": gates.path.name,
+                "gates_version": gates.version,
+                "status": result.status,
+                "passed": result.passed,
+                "observed": result.observed,
+                "op": result.gate.op,
+                "threshold": float(result.gate.threshold),
+                "margin": result.margin,
+                "message": result.message,
+            },
+        )
 
 
 def summary_metadata(finished, results: list, gates: GateSet, charts: str) -> dict:

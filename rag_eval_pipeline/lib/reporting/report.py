@@ -30,6 +30,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     HEADLINE_RETRIEVAL,
     NO_ANSWER,
     headline_from_tables,
+    system_version,
 )
 from rag_eval_pipeline.lib.store.sql import sql_query
 
@@ -243,6 +244,7 @@ def _identity_table(run: Mapping) -> str:
         ("Golden set", "golden_set"),
         ("Golden-set digest", "golden_digest"),
         ("System", "system_id"),
+        ("System version", "system_version"),
         ("System configuration digest", "system_config_digest"),
         ("Judge", "judge_id"),
         ("Judge configuration digest", "judge_config_digest"),
@@ -255,6 +257,7 @@ def _identity_table(run: Mapping) -> str:
         ("Started (UTC)", "started_at"),
         ("Completed (UTC)", "completed_at"),
     ]
+    run = {**run, "system_version": system_version(run) or "not reported"}
     return _table(None, [[label, run.get(key)] for label, key in fields], wrap=(1,))
 
 

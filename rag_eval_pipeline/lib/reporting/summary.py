@@ -5,8 +5,12 @@ claims, so no faithfulness) is printed "not measured", never as a number, and a 
 complete says so above its figures.
 """
 
+import json
+from collections.abc import Mapping
+
 import duckdb
 
+from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_from_tables, judge_trust_lines
 from rag_eval_pipeline.lib.runs import registry
 from rag_eval_pipeline.lib.store.sql import sql_query
@@ -41,8 +45,23 @@ def _rows(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict) -
     return connection.sql(sql_query("summary", query), params=parameters).pl().to_dicts()
 
 
-def headline_from_tables(connection: duckdb.DuckDBPyConnection, eval_run_id: str) -> dict:
-    """Identity, status, digests and the headline metrics of one run, as plain data."""
+def system_version(run: Mapping) -> str | None:
+    """The version the system under test reported (an HTTP service's ``/health``, part of its
+    identifying configuration), from an ``eval_runs`` row; None for a system without one."""
+    try:
+        config = json.loads(run.get("system_config") or "{}")
+    except ValueError:
+        return None
+    version = config.get("system_version") if isinstance(config, dict) else None
+    return str(version) if version not in (None, "") else None
+
+
+def headline_from_tables(
+    connection: duckdb.DuckDBPyConnection, eval_run_id: str, *, with_gates: bool = True
+) -> dict:
+    """Identity, status, digests and the headline metrics of one run, as plain data, with the
+    release gates checked on it (``gates``) unless ``with_gates`` is False (the headline the run
+    is completed with, before its gates are checked)."""
     identity = registry.run_row(connection, eval_run_id)
     if identity is None:
         raise KeyError(f"no evaluation run {eval_run_id!r} in the warehouse")
@@ -51,6 +70,7 @@ def headline_from_tables(connection: duckdb.DuckDBPyConnection, eval_run_id: str
     generation = _rows(connection, "generation", scope)
     sweep = _rows(connection, "recommended_threshold", scope)
     calibration = _rows(connection, "calibration", scope)
+    gates = _rows(connection, "gates", scope) if with_gates else None
     order = {name: i for i, name in enumerate(HEADLINE_RETRIEVAL)}
     return {
         "eval_run_id": eval_run_id,
@@ -65,9 +85,11 @@ def headline_from_tables(connection: duckdb.DuckDBPyConnection, eval_run_id: str
         "golden_digest": identity["golden_digest"],
         "system_id": identity["system_id"],
         "system_config_digest": identity["system_config_digest"],
+        "system_version": system_version(identity),
         "judge_id": identity["judge_id"],
         "settings_digest": identity["settings_digest"],
         "report_path": identity["report_path"],
+        **({"gates": gates} if with_gates else {}),
         "retrieval": sorted(retrieval, key=lambda r: order[r["measure"]]),
         "generation": [
             r
@@ -159,7 +181,9 @@ def format_summary(
         f"  suite             {headline.get('suite')}",
         f"  corpus snapshot   {headline['snapshot_id']}  digest {headline['corpus_digest']}",
         f"  golden set        {headline['golden_set']}  digest {headline['golden_digest']}",
-        f"  system            {headline['system_id']}  config {headline['system_config_digest'][:12]}",
+        f"  system            {headline['system_id']}"
+        + (f"  version {headline['system_version']}" if headline.get("system_version") else "")
+        + f"  config {headline['system_config_digest'][:12]}",
         f"  judge             {headline['judge_id']}",
         "",
         "Retrieval (answerable items, relevant = grade >= 2):",
@@ -179,6 +203,11 @@ def format_summary(
             _figure({**r, "label": f"{r['scope_value']}: {r['metric']}"}, "label")
             for r in headline["no_answer"]
         ),
+        *(
+            f"  {stratum + ':':<28} not measured (no items of this stratum in the golden set)"
+            for stratum in NO_ANSWER_STRATA
+            if not any(r["scope_value"] == stratum for r in headline["no_answer"])
+        ),
         *operations,
         "",
         "Context sufficient x answer correct (answerable items):",
@@ -195,6 +224,7 @@ def format_summary(
             f"({threshold['unanswerable_answered']} unanswerable answered, "
             f"{threshold['answerable_refused']} answerable refused)",
         ]
+    lines += gate_lines(headline.get("gates"))
     calibration = headline.get("judge_calibration")
     if headline.get("judge_trust"):
         lines += judge_trust_lines(headline["judge_trust"])
@@ -209,6 +239,27 @@ def format_summary(
     if where:
         lines += ["", "Where to look:", *where]
     return "\n".join(lines)
+
+
+def gate_lines(gates: list[dict] | None) -> list[str]:
+    """The release gates checked on the run, those not passed first (``gate_results``); a run
+    summarised before its gates were checked (or before runs kept them) says so."""
+    if gates is None:
+        return []
+    if not gates:
+        return ["", "Release gates: not checked for this run"]
+    passed = sum(1 for gate in gates if gate["passed"])
+    failed = sum(1 for gate in gates if gate["status"] == "failed")
+    lines = [
+        "",
+        f"Release gates ({gates[0]['gates_file']}, version {gates[0]['gates_version']}): "
+        f"{passed} passed, {failed} failed, {len(gates) - passed - failed} not assessed",
+    ]
+    for gate in gates:
+        if not gate["passed"]:
+            label = "FAILED" if gate["status"] == "failed" else "not assessed"
+            lines.append(f"  {label:<13} {gate['message']}")
+    return lines
 
 
 def summary_markdown(headline: dict) -> str:

@@ -128,7 +128,7 @@ def finish_run(
 ) -> Finished:
     """Load the run, complete its record, settle its baseline (on a ``publishing`` connection)."""
     loaded = load_run(connection, store, record)
-    headline = headline_from_tables(connection, record.eval_run_id)
+    headline = headline_from_tables(connection, record.eval_run_id, with_gates=False)
     registry.complete_run(connection, record.eval_run_id, headline, report_path)
     run = registry.run_row(connection, record.eval_run_id)
     settled = settle_baseline(

@@ -44,6 +44,7 @@ RECORD_TABLES = (
     "baseline_decisions",
     "run_comparisons",
     "rebaseline_offsets",
+    "gate_results",
 )
 TABLES = (*CORPUS_TABLES, *GOLDEN_TABLES, DRIFT_TABLE, *RUN_TABLES, *RECORD_TABLES)
 VIEWS = ("eval_runs",)

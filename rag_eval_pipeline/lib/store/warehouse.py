@@ -21,6 +21,7 @@ replaces that run's rows and nothing else.
 """
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -85,11 +86,21 @@ class Warehouse:
         finally:
             connection.close()
 
+    def _remove_abandoned_copies(self) -> None:
+        """Remove the private copies (and their write-ahead logs) of writers that died while
+        writing (``kill -9`` during a publish): a writer makes its copy only while it holds the
+        publish lock, so under the lock every copy but the holder's own is abandoned."""
+        pattern = re.compile(rf"\.{re.escape(self.path.name)}\.[0-9]+\.[0-9a-f]{{32}}(\.wal)?")
+        for leftover in self.path.parent.glob(f".{self.path.name}.*"):
+            if pattern.fullmatch(leftover.name):
+                leftover.unlink(missing_ok=True)
+
     @contextmanager
     def writing(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to a private copy, published atomically when the block ends without error."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
+            self._remove_abandoned_copies()
             working = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex}")
             try:
                 if self.exists():
