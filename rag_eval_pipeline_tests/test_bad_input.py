@@ -55,6 +55,26 @@ def test_golden_item_with_bad_grade_names_line(library):
         load_golden_set(golden)
 
 
+def test_a_no_answer_item_with_an_answering_gold_passage_names_the_line(library):
+    """A no-answer item whose gold holds a passage of grade 2 or 3 contradicts itself (it would
+    be scored as refused-correctly while the library answers it): refused, naming the line."""
+    golden = library / "golden.jsonl"
+    lines = golden.read_text().splitlines()
+    number, item = next(
+        (n, json.loads(line))
+        for n, line in enumerate(lines, 1)
+        if json.loads(line)["stratum"] == "out_of_scope"
+    )
+    item["gold"] = [{"passage_id": "STORE-FRIDGE-001@v1#s1", "grade": 3}]
+    replace_line(golden, number, json.dumps(item))
+    with pytest.raises(
+        GoldenSetError,
+        match=rf"golden\.jsonl:{number}: no-answer item '{item['id']}' \(stratum out_of_scope\) "
+        r"has gold passage 'STORE-FRIDGE-001@v1#s1' at grade 3",
+    ):
+        load_golden_set(golden)
+
+
 def test_unknown_gold_passage_id_names_line_and_id(library, tmp_path):
     golden = library / "golden.jsonl"
     item = json.loads(golden.read_text().splitlines()[1])

@@ -318,3 +318,15 @@ def test_an_incomplete_run_says_so_and_exits_non_zero(library, tmp_path):
     assert "INCOMPLETE: this run is failed: killed during eval_summary" in completed.stdout
     latest = rag_eval("summary", env={"RAG_EVAL_WAREHOUSE": str(warehouse)})
     assert latest.returncode == 2 and "no completed evaluation run" in latest.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``rag-eval suites | head -0``: the pipe's reader is gone before the command writes; it
+    stops with status 141, as Unix tools do, and no traceback."""
+    process = subprocess.Popen(
+        [RAG_EVAL, "suites"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    process.stdout.close()
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err

@@ -154,3 +154,29 @@ def test_a_failing_gate_fails_the_dagster_run_and_writes_every_table(library, tm
     for table in RUN_TABLES:
         query = f"SELECT count(*) FROM {table} WHERE eval_run_id = $run"
         assert rows(warehouse, query, {"run": run_id})[0][0] > 0, table
+
+
+def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
+    """An auditor on ``retrieval_metrics`` or ``generation_metrics`` finds the run, both
+    digests, the system and the judge with their configuration digests and the settings'
+    digest, all equal to the run's record, and where the figures are published."""
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, tmp_path / "w.duckdb"),
+        instance=dg.DagsterInstance.ephemeral(),
+        assets=fixture_assets(),
+    )
+    assert result.success
+    [record] = rows(
+        tmp_path / "w.duckdb",
+        "SELECT eval_run_id, corpus_digest, golden_digest, system_id, system_config_digest, "
+        "judge_id, judge_config_digest, settings_digest FROM eval_runs",
+    )
+    keys = ("eval_run_id", "corpus_digest", "golden_digest", "system_id")
+    keys += ("system_config_digest", "judge_id", "judge_config_digest", "settings_digest")
+    for asset in ("retrieval_metrics", "generation_metrics"):
+        [materialization] = result.asset_materializations_for_node(asset)
+        metadata = {key: getattr(v, "value", v) for key, v in materialization.metadata.items()}
+        assert tuple(metadata[key] for key in keys) == record, asset
+        assert metadata["published"].startswith("by eval_summary of this Dagster run")

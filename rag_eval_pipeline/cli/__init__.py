@@ -16,6 +16,7 @@ or a release gate that fails exits 1.
 """
 
 import argparse
+import os
 import sys
 
 from rag_eval_pipeline.cli import data, judge_plan, nightly, runs, serve
@@ -43,13 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # here, where a reader that went away is handled
+        return status
     except RagEvalError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``rag-eval history | head``): stop quietly, as Unix tools do;
+        # stdout points at nothing so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -36,11 +36,18 @@ def command_freeze(args: argparse.Namespace) -> int:
     )
     if not args.no_store:
         base = manifest.get("base")
-        print(
-            f"  {report.parsed} documents parsed (the others were in the parse cache), "
-            f"{report.stored_bytes:,} bytes newly stored"
-            + (f"; manifest lists the changes from {base['snapshot_id']}" if base else "")
+        parsed = (
+            f"all {report.parsed} documents parsed"
+            if report.parsed == manifest["document_count"]
+            else f"{report.parsed} documents parsed (the others were in the parse cache)"
         )
+        if base is None:
+            listed = ""
+        elif base["snapshot_id"] == manifest["snapshot_id"]:
+            listed = "; manifest lists the changes from this folder's previous freeze"
+        else:
+            listed = f"; manifest lists the changes from {base['snapshot_id']}"
+        print(f"  {parsed}, {report.stored_bytes:,} bytes newly stored{listed}")
     return 0
 
 

@@ -59,3 +59,27 @@ def counts(frame: pl.DataFrame, column: str) -> dict[str, int]:
     return {
         str(value): length for value, length in frame.group_by(column).len().sort(column).rows()
     }
+
+
+def provenance(record) -> dict:
+    """What produced a metric table, shown on its asset page: the evaluation run, the corpus
+    and golden-set digests, the system and judge with their configuration digests, the run
+    settings' digest, and where the figures are published (until ``eval_summary`` of the same
+    Dagster run completes, they are staged in the run store and are not a finished night)."""
+    return {
+        "eval_run_id": record.eval_run_id,
+        "suite": record.suite,
+        "snapshot_id": record.snapshot_id,
+        "corpus_digest": record.corpus_digest,
+        "golden_set": record.golden_set,
+        "golden_digest": record.golden_digest,
+        "system_id": record.system_id,
+        "system_config_digest": record.system_config_digest,
+        "judge_id": record.judge_id,
+        "judge_config_digest": record.judge_config_digest,
+        "settings_digest": record.settings.digest,
+        "published": dg.MetadataValue.text(
+            "by eval_summary of this Dagster run: until it completes, these figures are staged, "
+            "not a finished night (eval_runs.status says which)"
+        ),
+    }

@@ -7,7 +7,12 @@ separate step (``lib.metrics``). The tables go to the run store; the summary ste
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import evaluation_asset, markdown_table, table_metadata
+from rag_eval_pipeline.defs.metadata import (
+    evaluation_asset,
+    markdown_table,
+    provenance,
+    table_metadata,
+)
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of
 from rag_eval_pipeline.lib.judges.calibration import calibrate, load_human_labels
@@ -66,9 +71,7 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
             retrieval_run,
             metadata={
                 **table_metadata(table, "retrieval_metrics"),
-                "eval_run_id": record.eval_run_id,
-                "corpus_digest": record.corpus_digest,
-                "golden_digest": record.golden_digest,
+                **provenance(record),
                 "rel_level": settings.rel_level,
                 "excluded_items_without_relevant_gold": len(excluded),
                 "excluded_items_with_system_errors": failed.height,
@@ -130,9 +133,7 @@ def build_generation_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDe
             generation_run,
             metadata={
                 **table_metadata(tables.metrics.with_columns(scope), "generation_metrics"),
-                "eval_run_id": record.eval_run_id,
-                "corpus_digest": record.corpus_digest,
-                "golden_digest": record.golden_digest,
+                **provenance(record),
                 "recommended_evidence_threshold": tables.recommended_threshold,
                 "sufficiency_x_correctness": dg.MetadataValue.md(
                     markdown_table(tables.sufficiency)

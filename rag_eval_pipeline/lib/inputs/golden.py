@@ -104,6 +104,14 @@ def _check_item(record: object, source: str, line: int) -> dict:
         raise GoldenSetError(
             f"{where}: answerable item '{item_id}' has no gold passage of grade 2 or 3"
         )
+    answering = [g for g in record["gold"] if g["grade"] >= 2]
+    if record["stratum"] != ANSWERABLE and answering:
+        raise GoldenSetError(
+            f"{where}: no-answer item '{item_id}' (stratum {record['stratum']}) has gold passage "
+            f"'{answering[0]['passage_id']}' at grade {answering[0]['grade']}: a passage that "
+            "answers it makes it answerable; grade it 0 (judged not to answer) or 1, or make "
+            "the item answerable"
+        )
     return record
 
 
