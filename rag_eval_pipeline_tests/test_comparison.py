@@ -133,21 +133,25 @@ def test_same_digests_request_the_comparison(nights):
     assert len(rows) == 11  # COMPARED_METRICS
 
 
-def test_a_comparison_already_run_from_the_command_line_is_not_requested_again(nights):
-    """``rag-eval nightly`` compares in its own process, tagging the run with the decision; a
-    daemon started afterwards (its guard's cursor at the start of history) or running beside it
-    does not request that comparison a second time, and says which run carried it out."""
+def test_a_night_whose_guard_ran_in_its_own_process_is_not_decided_again(nights):
+    """``rag-eval nightly`` applies the guard in its own process and tags the night (and what
+    its guard launches) ``rag_eval/guard: in_process``: the daemon's guard, started afterwards
+    (its cursor at the start of history) or running beside it, skips that night, saying why,
+    and still decides a night run without the tag."""
+    from rag_eval_pipeline.defs.sensors import GUARD_TAG, IN_PROCESS
+
     nights.run("2026-10-15")
-    nights.run("2026-10-16")
-    fresh = Nights(nights.library, nights.warehouse)
-    fresh.instance = nights.instance
-    [request] = fresh.tick().run_requests
-    compared = nights.compare("2026-10-16", request.run_config, tags=dict(request.tags))
-    assert compared.success
-    nights.cursor = None
+    nights.tick()
+    guarded = nights.run("2026-10-16", tags={GUARD_TAG: IN_PROCESS})
     tick = nights.tick()
     assert tick.run_requests == []
-    assert f"already carried out by run {compared.run_id}" in tick.skip_message
+    assert f"decided by rag-eval nightly in its own process (run {guarded.run_id})" in (
+        tick.skip_message
+    )
+    nights.run("2026-10-17")
+    [request] = nights.tick().run_requests
+    candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
+    assert candidate.startswith("2026-10-17-")
 
 
 def test_different_corpus_digest_is_skipped_with_both_digests(nights, library):

@@ -11,14 +11,18 @@ WITH items AS (
       )
 ),
 -- A passage's rank is its position in the item's list in the system's rank order (the measures'
--- rank: a system may leave gaps between its ranks).
+-- rank: a system may leave gaps between its ranks), numbered before the gold is joined.
+positions AS (
+    SELECT item_id, passage_id, status,
+           row_number() OVER (PARTITION BY item_id ORDER BY rank) AS rank
+    FROM retrieval_results
+    WHERE eval_run_id = $eval_run_id
+),
 results AS (
-    SELECT r.item_id, row_number() OVER (PARTITION BY r.item_id ORDER BY r.rank) AS rank,
-           r.status, g.grade
-    FROM retrieval_results AS r
+    SELECT r.item_id, r.rank, r.status, g.grade
+    FROM positions AS r
     LEFT JOIN golden_gold AS g
         ON g.golden_digest = $golden_digest AND g.item_id = r.item_id AND g.passage_id = r.passage_id
-    WHERE r.eval_run_id = $eval_run_id
 ),
 cutoffs AS (
     SELECT unnest($ks) AS k

@@ -281,9 +281,15 @@ def mark_failed(instance, result, reason: str, *, alert: bool = True) -> None:
             project.warehouse_resource().abandon(eval_run_id, reason)
         return
     try:
-        alert_failed_run(instance, run, reason, project.warehouse_resource())
+        status = alert_failed_run(instance, run, reason, project.warehouse_resource())
     except RuntimeError as error:  # the webhook did not take it, after its retries
         print(f"warning: {error}", file=sys.stderr)
+        return
+    if status is not None and status >= 400:
+        print(
+            f"warning: the alert webhook refused the alert of run {run.run_id}: HTTP {status}",
+            file=sys.stderr,
+        )
 
 
 def command_nightly(args: argparse.Namespace) -> int:
@@ -292,7 +298,12 @@ def command_nightly(args: argparse.Namespace) -> int:
 
     from rag_eval_pipeline.defs import build_definitions
     from rag_eval_pipeline.defs.partitions import SUITE, check_night, partition_key
-    from rag_eval_pipeline.defs.sensors import decided_by, fail_abandoned_runs, guard_requests
+    from rag_eval_pipeline.defs.sensors import (
+        GUARD_TAG,
+        IN_PROCESS,
+        fail_abandoned_runs,
+        guard_requests,
+    )
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
     from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
 
@@ -322,7 +333,9 @@ def command_nightly(args: argparse.Namespace) -> int:
         "nightly_eval",
         partition_key(night, suite),
         run_config=run_config,
-        tags=dict(args.tag or []),
+        # With its guard applied here, the daemon's guard leaves this night (and what this
+        # guard launches) to this process.
+        tags={**dict(args.tag or []), **({GUARD_TAG: IN_PROCESS} if args.guard else {})},
         verbose=args.verbose,
     )
     if args.timings:
@@ -350,9 +363,23 @@ def command_nightly(args: argparse.Namespace) -> int:
             headline = headline_from_tables(connection, summary["eval_run_id"])
         print(format_summary(headline, warehouse=str(warehouse.path)))
     failed, warned = failed_checks(result)
-    # Runs that failed on their gates alone (a release gate, a significant regression): alerted
-    # once everything is run.
-    gated = [] if result.success else [result]
+    # Runs that failed on their release gates alone (a gate of the night, a significant
+    # regression of its comparison), with their gates' messages: alerted, and their gates
+    # printed, however the guard below ends.
+    gated = [] if result.success else [(result, failed)]
+
+    def report_gates() -> int:
+        for line in warned:
+            print(f"warning: {line}", file=sys.stderr)
+        for ended, lines in gated:
+            mark_failed(instance, ended, "; ".join(lines) or "the run failed")
+        every = [line for _, lines in gated for line in lines]
+        if every:
+            print("\nrelease gates failed:", file=sys.stderr)
+            for line in every:
+                print(f"  {line}", file=sys.stderr)
+        return 1 if gated else 0
+
     # The comparison guard, as the sensor would run it under the daemon: compare, re-baseline
     # (then compare), or say why not.
     while args.guard and summary:
@@ -361,10 +388,6 @@ def command_nightly(args: argparse.Namespace) -> int:
         if not requests:
             break
         request = requests[0]
-        earlier = decided_by(instance, request)
-        if earlier is not None:
-            print(f"{request.job_name} for {request.partition_key}: already run ({earlier})")
-            break
         print(f"running {request.job_name} for {request.partition_key}", file=sys.stderr)
         follow_up = run_job(
             defs,
@@ -372,18 +395,23 @@ def command_nightly(args: argparse.Namespace) -> int:
             request.job_name,
             request.partition_key,
             run_config=request.run_config,
-            tags=dict(request.tags),
+            tags={**request.tags, GUARD_TAG: IN_PROCESS},
             verbose=args.verbose,
         )
         more_failures = failure_messages(follow_up)
         if more_failures:
-            mark_failed(instance, follow_up, "; ".join(more_failures))
+            interrupted = any("interrupted" in line for line in more_failures)
+            mark_failed(instance, follow_up, "; ".join(more_failures), alert=not interrupted)
             for line in more_failures:
                 print(f"error: {line}", file=sys.stderr)
+            if interrupted:
+                sys.stderr.flush()
+                os._exit(128 + signal.SIGTERM)
+            report_gates()
             return 1
         more_failed, more_warned = failed_checks(follow_up)
-        gated += [] if follow_up.success else [follow_up]
-        failed += more_failed
+        if not follow_up.success:
+            gated.append((follow_up, more_failed))
         warned += more_warned
         if request.job_name == "run_comparison_job":
             candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
@@ -391,16 +419,7 @@ def command_nightly(args: argparse.Namespace) -> int:
                 print(format_comparison(candidate, comparison_rows(connection, candidate)))
             break
         summary = summary_facts(follow_up)
-    for line in warned:
-        print(f"warning: {line}", file=sys.stderr)
-    for ended in gated:
-        mark_failed(instance, ended, "; ".join(failed) or "the run failed")
-    if failed:
-        print("\nrelease gates failed:", file=sys.stderr)
-        for line in failed:
-            print(f"  {line}", file=sys.stderr)
-        return 1
-    return 0 if not gated else 1
+    return report_gates()
 
 
 def comparison_line(row: dict) -> str:
@@ -462,7 +481,10 @@ def add_commands(commands) -> None:
     nightly.add_argument("--verbose", action="store_true", help="show Dagster's debug log")
     nightly.add_argument("--no-summary", dest="print_summary", action="store_false")
     nightly.add_argument(
-        "--no-guard", dest="guard", action="store_false", help="skip the comparison guard"
+        "--no-guard",
+        dest="guard",
+        action="store_false",
+        help="skip the comparison guard here (the daemon's comparison_guard sensor decides the night)",
     )
     nightly.set_defaults(handler=command_nightly)
 

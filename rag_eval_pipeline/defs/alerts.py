@@ -35,11 +35,12 @@ def alert_failed_run(
     message: str,
     warehouse_db: WarehouseResource,
     log=None,
-) -> None:
+) -> int | None:
     """What a failed run brings: its evaluation run marked failed (when it had not completed)
     and an alert posted to the webhook in ``RAG_EVAL_ALERT_WEBHOOK``, if one is set. The sensor
     does this for the runs the daemon sees; ``rag-eval nightly`` for the runs it executes in
-    its own process, which a run-status sensor does not see."""
+    its own process, which a run-status sensor does not see. Returns the webhook's HTTP status,
+    or None when no webhook is set."""
     eval_run_id = run.tags.get(EVAL_RUN_TAG)
     if eval_run_id:
         warehouse_db.abandon(eval_run_id, message)
@@ -55,10 +56,11 @@ def alert_failed_run(
     if not url:
         if log is not None:
             log.info(f"no {WEBHOOK_VARIABLE}: not posting {alert.kind} alert for {run.run_id}")
-        return
+        return None
     status = post_alert(url, alert)
     if log is not None:
         log.info(f"posted {alert.kind} alert for {run.run_id}: HTTP {status}")
+    return status
 
 
 @dg.run_failure_sensor(

@@ -3,9 +3,10 @@
 The comparison guard keeps a cursor over every completed evaluation run (each ``eval_summary``
 materialization, in the order they were recorded), so a run is compared, re-baselined or skipped
 with its reason exactly once, however many finish within one tick: a backfill of ten nights gets
-ten decisions. A decision that a run already carries out (``DECISION_TAG``: ``rag-eval nightly``
-compares and re-baselines in its own process) is not requested again, so a daemon started after
-nights run from the command line, or beside them, does not repeat them. The rule is ``lib.runs.guard``; this module turns its decision into run requests:
+ten decisions. A night run by ``rag-eval nightly`` with its guard (``GUARD_TAG``, on the night and
+the runs its guard launches) is decided in that process, so the sensor skips its summary: a
+daemon started after such nights, or running beside them, does not decide them again. The rule
+is ``lib.runs.guard``; this module turns its decision into run requests:
 the ``rebaseline`` job with the baseline's system configuration (only the reference system's
 configuration can be re-created), or ``run_comparison_job`` for the candidate run.
 
@@ -32,9 +33,10 @@ from rag_eval_pipeline.lib.runs.record import (
 )
 
 REFERENCE_FIELDS = set(ReferenceSystemResource.model_fields)
-# The guard's decision a run carries (its run key, ``rebaseline:<run>`` or ``compare:<candidate>:
-# <run>``), whoever launched it: the sensor, or ``rag-eval nightly`` deciding in its own process.
-DECISION_TAG = "rag_eval/decision"
+# On a run whose comparison guard ``rag-eval nightly`` applies in its own process (the night
+# and the runs that guard launches): the sensor leaves its summary to that process.
+GUARD_TAG = "rag_eval/guard"
+IN_PROCESS = "in_process"
 HOST_TAG = "rag_eval/host"
 PID_TAG = "rag_eval/pid"
 PAGE = 100
@@ -70,7 +72,6 @@ def guard_requests(summary: dict) -> tuple[list[dg.RunRequest], str]:
                 REBASELINE_FOR_TAG: summary["eval_run_id"],
                 REBASELINE_REASON_TAG: summary["rebaseline_reason"],
                 REQUESTED_BY_TAG: summary.get("requested_by") or "unknown",
-                DECISION_TAG: f"rebaseline:{summary['eval_run_id']}",
             },
         )
         return [request], reason
@@ -81,23 +82,10 @@ def guard_requests(summary: dict) -> tuple[list[dg.RunRequest], str]:
             job_name="run_comparison_job",
             partition_key=key,
             run_config={"ops": {"run_comparison": {"config": {"candidate_run_id": candidate}}}},
-            tags={
-                CANDIDATE_TAG: candidate,
-                DECISION_TAG: f"compare:{candidate}:{summary['eval_run_id']}",
-            },
+            tags={CANDIDATE_TAG: candidate},
         )
         return [request], reason
     return [], reason
-
-
-def decided_by(instance: dg.DagsterInstance, request: dg.RunRequest) -> str | None:
-    """The id of a run already launched for ``request``'s decision (by the sensor or by
-    ``rag-eval nightly`` in its own process), or None: a decision is carried out once, even when
-    the daemon starts after nights were run from the command line, or runs beside them."""
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(tags={DECISION_TAG: request.tags[DECISION_TAG]}), limit=1
-    )
-    return runs[0].run_id if runs else None
 
 
 def metadata_values(metadata) -> dict:
@@ -138,13 +126,12 @@ def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
         requests, skipped = [], []
         for record in records:
             summary = metadata_values(record.asset_materialization.metadata)
-            made, reason = guard_requests(summary)
-            done = [(request, decided_by(context.instance, request)) for request in made]
-            if any(run_id for _, run_id in done):
-                made = [request for request, run_id in done if run_id is None]
-                reason += "; already carried out by run " + ", ".join(
-                    run_id for _, run_id in done if run_id
-                )
+            run = context.instance.get_run_by_id(record.run_id)
+            if run is not None and run.tags.get(GUARD_TAG) == IN_PROCESS:
+                reason = f"decided by rag-eval nightly in its own process (run {record.run_id})"
+                made = []
+            else:
+                made, reason = guard_requests(summary)
             context.log.info(f"{summary['eval_run_id']}: {reason}")
             requests += made
             if not made:

@@ -1527,3 +1527,18 @@ def find_snapshot(corpus_root: Path | str, corpus_digest: str) -> Path | None:
         if frozen == corpus_digest:
             return manifest.parent
     return None
+
+
+def frozen_digests(corpus_root: Path | str) -> set[str]:
+    """The corpus digests the snapshots under ``corpus_root`` were frozen with (read from their
+    manifests; an unreadable manifest is left out)."""
+    root = Path(corpus_root)
+    digests = set()
+    for manifest in sorted(root.glob(f"*/{MANIFEST_NAME}")) if root.is_dir() else []:
+        try:
+            frozen = json.loads(manifest.read_text(encoding="utf-8")).get("corpus_digest")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(frozen, str):
+            digests.add(frozen)
+    return digests

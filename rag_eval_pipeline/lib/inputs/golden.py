@@ -249,7 +249,7 @@ def check_labelled_against(
     values = set(golden.items["labelled_against"].to_list()) - {snapshot_id, corpus_digest}
     if not values:
         return
-    from rag_eval_pipeline.lib.inputs.corpus import find_snapshot
+    from rag_eval_pipeline.lib.inputs.corpus import frozen_digests
 
     root = Path(corpus_root)
     folders = sorted(
@@ -257,12 +257,9 @@ def check_labelled_against(
         for entry in (root.iterdir() if root.is_dir() else ())
         if (entry / "documents").is_dir() or (entry / "manifest.json").is_file()
     )
-    unknown = {
-        value
-        for value in values
-        if value not in folders
-        and not (len(value) == 64 and find_snapshot(root, value) is not None)
-    }
+    unknown = {value for value in values if value not in folders}
+    if any(len(value) == 64 for value in unknown):  # a digest: the manifests are read once
+        unknown -= frozen_digests(root)
     if not unknown:
         return
     first = (

@@ -70,7 +70,14 @@ def headline_from_tables(
     generation = _rows(connection, "generation", scope)
     sweep = _rows(connection, "recommended_threshold", scope)
     calibration = _rows(connection, "calibration", scope)
-    gates = _rows(connection, "gates", scope) if with_gates else None
+    # A warehouse written before runs kept their gates has no gate_results until its next
+    # publish (read-only sessions do not upgrade it): then nothing is said of the gates.
+    recorded = with_gates and bool(
+        connection.sql(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'gate_results'"
+        ).fetchall()[0][0]
+    )
+    gates = _rows(connection, "gates", scope) if recorded else None
     order = {name: i for i, name in enumerate(HEADLINE_RETRIEVAL)}
     return {
         "eval_run_id": eval_run_id,
@@ -89,7 +96,7 @@ def headline_from_tables(
         "judge_id": identity["judge_id"],
         "settings_digest": identity["settings_digest"],
         "report_path": identity["report_path"],
-        **({"gates": gates} if with_gates else {}),
+        **({"gates": gates} if recorded else {}),
         "retrieval": sorted(retrieval, key=lambda r: order[r["measure"]]),
         "generation": [
             r
@@ -243,11 +250,15 @@ def format_summary(
 
 def gate_lines(gates: list[dict] | None) -> list[str]:
     """The release gates checked on the run, those not passed first (``gate_results``); a run
-    summarised before its gates were checked (or before runs kept them) says so."""
+    with none recorded says so."""
     if gates is None:
         return []
     if not gates:
-        return ["", "Release gates: not checked for this run"]
+        return [
+            "",
+            "Release gates: none recorded for this run (none in its gates file, or run "
+            "before runs kept their gates)",
+        ]
     passed = sum(1 for gate in gates if gate["passed"])
     failed = sum(1 for gate in gates if gate["status"] == "failed")
     lines = [
