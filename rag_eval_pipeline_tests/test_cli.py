@@ -330,3 +330,60 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141
     assert b"Traceback" not in err and b"BrokenPipeError" not in err
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ("rag_eval_pipeline.lib.systems.http.RunStopped: http://h: stopped", "http://h: stopped"),
+        ("ValueError: month must be in 1..12", "month must be in 1..12"),
+        (
+            "/s/documents/A@v1.md:5: status 'x' is not one",
+            "/s/documents/A@v1.md:5: status 'x' is not one",
+        ),
+        ("item q3: malformed reply", "item q3: malformed reply"),
+    ],
+)
+def test_a_failed_step_is_told_without_the_exceptions_class(message, shown):
+    from types import SimpleNamespace
+
+    from rag_eval_pipeline.cli.nightly import failure_messages
+
+    error = SimpleNamespace(cls_name="DagsterExecutionStepExecutionError", cause=None)
+    error.cause = SimpleNamespace(message=message, cls_name="X", cause=None)
+    event = SimpleNamespace(
+        is_step_failure=True,
+        step_key="retrieval_run.retrieve_shard[shard_0000]",
+        event_specific_data=SimpleNamespace(error=error),
+    )
+    [line] = failure_messages(SimpleNamespace(all_events=[event]))
+    assert line.endswith(f"failed: {shown}")
+
+
+def test_a_system_block_in_a_run_file_keeps_the_environments_url_and_key_variable():
+    from rag_eval_pipeline.cli.nightly import with_deployment_system
+    from rag_eval_pipeline.lib.deployment import Deployment
+
+    deployment = Deployment.from_environment(
+        {
+            "RAG_EVAL_SYSTEM": "http",
+            "RAG_EVAL_SYSTEM_URL": "http://127.0.0.1:8765",
+            "RAG_EVAL_SYSTEM_KEY_ENV": "TEAM_KEY",
+        }
+    )
+    file = {"resources": {"system": {"config": {"concurrency": 2}}, "settings": {"config": {}}}}
+    filled = with_deployment_system(file, deployment)
+    assert filled["resources"]["system"]["config"] == {
+        "concurrency": 2,
+        "base_url": "http://127.0.0.1:8765",
+        "api_key_env": "TEAM_KEY",
+    }
+    assert filled["resources"]["settings"] == {"config": {}}
+    # What the file names wins; the reference system's block is left as it is.
+    named = {"resources": {"system": {"config": {"base_url": "http://10.0.0.2:80"}}}}
+    assert (
+        with_deployment_system(named, deployment)["resources"]["system"]["config"]["base_url"]
+        == "http://10.0.0.2:80"
+    )
+    reference = {"resources": {"system": {"config": {"evidence_threshold": 4.0}}}}
+    assert with_deployment_system(reference, Deployment()) == reference

@@ -314,6 +314,20 @@ def test_the_key_is_sent_from_its_variable_and_never_shown(
     with pytest.raises(ServiceError) as refused:
         ask(service, api_key_env=KEY_ENV)
     assert KEY_ENV in str(refused.value) and "sk-wrong" not in str(refused.value)
+    # Without a key variable the 401 says that no key was sent, and where to name one.
+    with pytest.raises(ServiceError, match="HTTP 401: no key was sent; name the variable"):
+        ask(service)
+
+
+def test_a_url_without_its_scheme_or_with_no_such_endpoint_says_so(serve):
+    from rag_eval_pipeline.lib.systems.http import fetch_health
+
+    service = serve()
+    bare = service.url.removeprefix("http://")
+    with pytest.raises(ServiceError, match=rf"needs its scheme, e\.g\. http://{bare}"):
+        fetch_health(bare)
+    with pytest.raises(ServiceError, match="HTTP 404: no such endpoint there; check the URL"):
+        fetch_health(f"{service.url}/no/such/prefix")
 
 
 def test_client_settings_and_the_deployment_refuse_what_cannot_work():

@@ -180,7 +180,11 @@ def test_sigterm_fails_the_dagster_run_and_the_evaluation_run(library, tmp_path)
     ) == [("failed",)]
 
 
-def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(library, tmp_path):
+def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(
+    library, tmp_path, monkeypatch
+):
+    """A ``rag-eval nightly`` killed with SIGKILL is failed by the daemon's sweep (and by the
+    next night), which posts its alert: the run-status sensor never sees such a run."""
     env = cli_environment(library, tmp_path)
     process = nightly(NIGHT, env)
     wait_for_line(process, "retrieval_run")
@@ -196,8 +200,14 @@ def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(libra
             instance=instance,
             resources={"warehouse_db": WarehouseResource(path=env["RAG_EVAL_WAREHOUSE"])},
         )
-        skip = sensor.evaluate_tick(context).skip_message
+        with Webhook() as hook:
+            monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+            skip = sensor.evaluate_tick(context).skip_message
+        monkeypatch.delenv("RAG_EVAL_ALERT_WEBHOOK")
         assert f"failed 1 abandoned run(s): {killed.run_id}" == skip
+        [alert] = hook.received
+        assert (alert["kind"], alert["dagster_run_id"]) == ("run_failure", killed.run_id)
+        assert "is gone" in alert["text"]
         assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
         eval_run_id = killed.tags["rag_eval/eval_run_id"]
     warehouse = Path(env["RAG_EVAL_WAREHOUSE"])

@@ -13,6 +13,7 @@ after every table and the comparison are written.
 import argparse
 import datetime as dt
 import os
+import re
 import signal
 import socket
 import sys
@@ -57,6 +58,24 @@ def read_run_config(path: str | None) -> dict:
             f"got a {type(document).__name__}"
         )
     return document
+
+
+def with_deployment_system(run_config: dict, deployment) -> dict:
+    """``run_config`` with the HTTP system's URL and key variable taken from the environment
+    (``RAG_EVAL_SYSTEM_URL``, ``RAG_EVAL_SYSTEM_KEY_ENV``) where its ``resources.system.config``
+    block does not name them: a block that only sets, say, the concurrency would otherwise
+    replace the configured resource and ask for a ``base_url`` the environment already gives."""
+    resources = run_config.get("resources") or {}
+    block = resources.get("system") if isinstance(resources, dict) else None
+    config = block.get("config") if isinstance(block, dict) else None
+    if deployment.system != "http" or not isinstance(config, dict):
+        return run_config
+    filled = dict(config)
+    if deployment.system_url:
+        filled.setdefault("base_url", deployment.system_url)
+    if deployment.system_key_env:
+        filled.setdefault("api_key_env", deployment.system_key_env)
+    return {**run_config, "resources": {**resources, "system": {**block, "config": filled}}}
 
 
 def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
@@ -222,6 +241,9 @@ def step_name(step_key: str) -> str:
     return f"{asset} ({shard})" if shard else asset
 
 
+EXCEPTION_CLASS = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
+
+
 def failure_messages(result) -> list[str]:
     """One line per failed step (a failed blocking gate is reported with the gates instead)."""
     lines = []
@@ -238,9 +260,9 @@ def failure_messages(result) -> list[str]:
             continue
         cause = error.cause if error is not None and error.cause is not None else error
         text = (cause.message if cause is not None else "").strip()
-        head, _, rest = text.partition(": ")
-        if rest and head.endswith(("Error", "Exception")):
-            text = rest
+        # The exception's class (``ValueError: ``, ``rag_eval_pipeline...RunStopped: ``) is
+        # not part of what the user is told.
+        text = EXCEPTION_CLASS.sub("", text, count=1)
         lines.append(f"step {step_name(event.step_key)} failed: {' '.join(text.split())}")
     return lines
 
@@ -314,7 +336,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", message="Task name 'execute_plan' is already registered")
     suite = check_suite_name(args.suite, "--suite")
     deployment = project.deployment()
-    run_config = read_run_config(args.config)
+    run_config = with_deployment_system(read_run_config(args.config), deployment)
     preflight(run_config, suite, args.config)
     night = args.partition or dt.datetime.now(ZoneInfo(deployment.timezone)).date().isoformat()
     check_night(night, deployment.timezone)

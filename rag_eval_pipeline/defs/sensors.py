@@ -26,7 +26,6 @@ from rag_eval_pipeline.defs.partitions import partition_key
 from rag_eval_pipeline.defs.resources import ReferenceSystemResource, WarehouseResource
 from rag_eval_pipeline.lib.runs.guard import COMPARE, REBASELINE, guard_decision
 from rag_eval_pipeline.lib.runs.record import (
-    EVAL_RUN_TAG,
     REBASELINE_FOR_TAG,
     REBASELINE_REASON_TAG,
     REQUESTED_BY_TAG,
@@ -154,9 +153,15 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def fail_abandoned_runs(instance: dg.DagsterInstance, warehouse: WarehouseResource) -> list[str]:
+def fail_abandoned_runs(
+    instance: dg.DagsterInstance, warehouse: WarehouseResource, log=None
+) -> list[str]:
     """Fail every run started by a process of this machine that no longer exists; returns the
-    Dagster run ids it failed. Each one's evaluation run, if it began, is marked failed too."""
+    Dagster run ids it failed. Each one's evaluation run, if it began, is marked failed too, and
+    its alert posted (``defs.alerts.alert_failed_run``): these are runs of ``rag-eval nightly``,
+    executed in its process, which the run-status sensor does not see."""
+    from rag_eval_pipeline.defs.alerts import alert_failed_run
+
     host = socket.gethostname()
     failed = []
     active = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING])
@@ -166,9 +171,11 @@ def fail_abandoned_runs(instance: dg.DagsterInstance, warehouse: WarehouseResour
             continue
         reason = f"the process that ran it (pid {pid} on {host}) is gone"
         instance.report_run_failed(run, message=reason)
-        eval_run_id = run.tags.get(EVAL_RUN_TAG)
-        if eval_run_id:
-            warehouse.abandon(eval_run_id, reason)
+        try:
+            alert_failed_run(instance, instance.get_run_by_id(run.run_id) or run, reason, warehouse)
+        except RuntimeError as error:  # the webhook did not take it: the run is failed anyway
+            if log is not None:
+                log.warning(str(error))
         failed.append(run.run_id)
     return failed
 
@@ -182,7 +189,7 @@ def fail_abandoned_runs(instance: dg.DagsterInstance, warehouse: WarehouseResour
 def abandoned_runs(context: dg.SensorEvaluationContext, warehouse_db: WarehouseResource):
     """A run killed with its process (``kill -9``, a crashed machine) is failed, with the pid
     in the message, so the queue drains and the run never looks finished."""
-    failed = fail_abandoned_runs(context.instance, warehouse_db)
+    failed = fail_abandoned_runs(context.instance, warehouse_db, context.log)
     return dg.SkipReason(
         f"failed {len(failed)} abandoned run(s): {', '.join(failed)}"
         if failed

@@ -157,6 +157,19 @@ def auth_headers(api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def fatal_advice(status: int, api_key_env: str | None) -> str:
+    """What to check when the service answers a status no retry can change (``FATAL_STATUS``):
+    the URL for a 404, the key (or that none is sent) for a 401 or 403."""
+    if status == 404:
+        return "no such endpoint there; check the URL (RAG_EVAL_SYSTEM_URL)"
+    if api_key_env:
+        return f"check the key in {api_key_env} and the URL (RAG_EVAL_SYSTEM_URL)"
+    return (
+        "no key was sent; name the variable that holds it in RAG_EVAL_SYSTEM_KEY_ENV (or the "
+        "system resource's api_key_env), and check the URL (RAG_EVAL_SYSTEM_URL)"
+    )
+
+
 def fetch_health(
     base_url: str,
     *,
@@ -166,6 +179,11 @@ def fetch_health(
 ) -> Health:
     """``GET <base>/health``, retried like a query; every problem is a ``ServiceError`` naming
     the URL and what is wrong."""
+    if not base_url.lower().startswith(("http://", "https://")):
+        raise ServiceError(
+            f"{base_url}: the system's URL needs its scheme, e.g. http://{base_url} "
+            "(RAG_EVAL_SYSTEM_URL or the system resource's base_url)"
+        )
     url = f"{base_url.rstrip('/')}/health"
     headers = auth_headers(api_key_env)
     reason = "no attempt made"
@@ -181,8 +199,8 @@ def fetch_health(
             else:
                 if response.status_code in FATAL_STATUS:
                     raise ServiceError(
-                        f"{url} answered HTTP {response.status_code}: check the URL "
-                        f"(RAG_EVAL_SYSTEM_URL) and the key in {api_key_env or 'no variable'}"
+                        f"{url} answered HTTP {response.status_code}: "
+                        f"{fatal_advice(response.status_code, api_key_env)}"
                     )
                 if response.status_code == 200:
                     return _health(url, response)
@@ -522,8 +540,8 @@ class HttpSystem:
                 status = response.status_code
                 if status in FATAL_STATUS:
                     raise _Fatal(
-                        f"{url} answered HTTP {status} for {label}: check the URL "
-                        f"(RAG_EVAL_SYSTEM_URL) and the key in {self.api_key_env or 'no variable'}"
+                        f"{url} answered HTTP {status} for {label}: "
+                        f"{fatal_advice(status, self.api_key_env)}"
                     )
                 if retryable_status(status):
                     cause, reason = calls.HTTP_STATUS, f"HTTP {status}"
