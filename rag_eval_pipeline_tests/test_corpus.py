@@ -305,3 +305,26 @@ def test_a_bad_front_matter_value_names_the_line_of_its_key(tmp_path, old, new, 
     (folder / "documents" / "H-1@v1.md").write_text(text.replace(old, new), encoding="utf-8")
     with pytest.raises(CorpusError, match=rf"H-1@v1\.md:{line}: .*{message}"):
         load_snapshot(folder, verify=False)
+
+
+def test_a_superseded_by_naming_no_version_of_the_snapshot_is_a_warning_of_the_freeze(tmp_path):
+    """A version superseded by one the snapshot does not hold (a typo, a successor not yet
+    added) is frozen, with a warning naming both; a successor that exists says nothing."""
+    folder = tmp_path / "2026-10-01"
+    (folder / "documents").mkdir(parents=True)
+    head = "---\ndoc_id: H-1\ntitle: T\neffective_date: 2026-01-02\nlanguage: en\n"
+    (folder / "documents" / "H-1@v1.md").write_text(
+        head + "version: 1\nstatus: superseded\nsuperseded_by: H-1@v2\n---\n## S\nold\n",
+        encoding="utf-8",
+    )
+    (folder / "documents" / "H-1@v2.md").write_text(
+        head + "version: 2\nstatus: superseded\nsuperseded_by: H-1@v7\n---\n## S\nnew\n",
+        encoding="utf-8",
+    )
+    with pytest.warns(UserWarning) as caught:
+        freeze_snapshot(folder)
+    [message] = [str(w.message) for w in caught if "superseded_by" in str(w.message)]
+    assert message == (
+        "1 document version(s) name a superseded_by that is no document version of this "
+        "snapshot: H-1@v2 -> H-1@v7"
+    )

@@ -1406,9 +1406,10 @@ def freeze(
         "passage_count": int(canonical["passage_digests"].list.len().sum()),
     }
     parsed = resolved.parsed.height
+    missing_successors = successor_warnings(canonical)
     if store is None:
         snapshot_store.write_manifest(snapshot_dir, {**header, "documents": entries})
-        return FreezeReport({**header, "documents": entries}, parsed, 0)
+        return FreezeReport({**header, "documents": entries}, parsed, 0, missing_successors)
     previous = _previous_entries(snapshot_dir, store)
     # The parse cache's new part is compressed and written by Polars, which lets other threads
     # run, while this one stores the files and writes the manifest (system calls, mostly).
@@ -1419,7 +1420,33 @@ def freeze(
         cache_written.result()
     manifest = {**written, "documents": entries}
     manifest.pop("removed", None)
-    return FreezeReport(manifest, parsed, stored, tuple(problems))
+    return FreezeReport(manifest, parsed, stored, (*missing_successors, *problems))
+
+
+# A block's first ``superseded_by`` value (every line of a block has the same one).
+_SUCCESSOR = r'"superseded_by":"([^"\\]*)"'
+
+
+def successor_warnings(canonical: pl.DataFrame) -> tuple[str, ...]:
+    """A warning for the document versions whose ``superseded_by`` names no document version of
+    the snapshot (a typo, or a successor not yet added): a superseded version keeps pointing at
+    what replaced it, which the snapshot should hold. At most five are named, with the count."""
+    successors = canonical.select(
+        "doc_version_id", successor=pl.col("block").str.extract(_SUCCESSOR)
+    ).filter(
+        pl.col("successor").is_not_null()
+        & ~pl.col("successor").is_in(canonical["doc_version_id"].implode())
+    )
+    if not successors.height:
+        return ()
+    named = ", ".join(
+        f"{version} -> {successor}" for version, successor in successors.head(5).iter_rows()
+    )
+    more = f" and {successors.height - 5} more" if successors.height > 5 else ""
+    return (
+        f"{successors.height} document version(s) name a superseded_by that is no document "
+        f"version of this snapshot: {named}{more}",
+    )
 
 
 def freeze_snapshot(
