@@ -46,23 +46,25 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         """Golden items and graded gold passages of the suite, checked against the snapshot.
 
         Every item is labelled against a snapshot of the suite's corpus root (its folder name or
-        frozen digest), and every gold id must exist in the snapshot the set was labelled against
-        (an unknown id fails naming the line, before anything is written). Items whose answering passage is no longer
-        current are kept and flagged in ``golden_drift`` for re-labelling.
+        frozen digest), and every gold id must exist in the snapshot the set was labelled
+        against (an unknown id fails naming the line, before anything is written). Items whose
+        answering passage is no longer current are kept and flagged in ``golden_drift`` for
+        re-labelling.
         """
         _, suite_name = night_and_suite(context)
-        path = suites.suite(suite_name).golden_set
+        suite = suites.suite(suite_name)
+        path = suite.golden_set
         golden = load_golden_set(path)
-        store = warehouse_db.run_store()
         digest = corpus_snapshot["corpus_digest"]
-        passages = store.read_table(store.corpus_dir(digest), "corpus_passages")
         check_labelled_against(
             golden,
-            suites.suite(suite_name).corpus_root,
+            suite.corpus_root,
             snapshot_id=corpus_snapshot["snapshot_id"],
             corpus_digest=digest,
             source=str(path),
         )
+        store = warehouse_db.run_store()
+        passages = store.read_table(store.corpus_dir(digest), "corpus_passages")
         drift = validate_against_snapshot(
             golden,
             passages,

@@ -1540,32 +1540,30 @@ def snapshot_summary(
     )
 
 
-def find_snapshot(corpus_root: Path | str, corpus_digest: str) -> Path | None:
-    """The snapshot folder under ``corpus_root`` frozen with ``corpus_digest``, if any (read from
-    the manifests; nothing is parsed)."""
+def _frozen_snapshots(corpus_root: Path | str) -> Iterator[tuple[Path, str]]:
+    """``(folder, corpus digest)`` of every snapshot under ``corpus_root`` with a readable
+    manifest, by folder name (read from the manifests; nothing is parsed)."""
     root = Path(corpus_root)
     if not root.is_dir():
-        return None
+        return
     for manifest in sorted(root.glob(f"*/{MANIFEST_NAME}")):
         try:
             frozen = json.loads(manifest.read_text(encoding="utf-8")).get("corpus_digest")
         except (OSError, ValueError, AttributeError):
             continue
-        if frozen == corpus_digest:
-            return manifest.parent
-    return None
+        if isinstance(frozen, str):
+            yield manifest.parent, frozen
+
+
+def find_snapshot(corpus_root: Path | str, corpus_digest: str) -> Path | None:
+    """The snapshot folder under ``corpus_root`` frozen with ``corpus_digest``, if any."""
+    return next(
+        (folder for folder, frozen in _frozen_snapshots(corpus_root) if frozen == corpus_digest),
+        None,
+    )
 
 
 def frozen_digests(corpus_root: Path | str) -> set[str]:
-    """The corpus digests the snapshots under ``corpus_root`` were frozen with (read from their
-    manifests; an unreadable manifest is left out)."""
-    root = Path(corpus_root)
-    digests = set()
-    for manifest in sorted(root.glob(f"*/{MANIFEST_NAME}")) if root.is_dir() else []:
-        try:
-            frozen = json.loads(manifest.read_text(encoding="utf-8")).get("corpus_digest")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(frozen, str):
-            digests.add(frozen)
-    return digests
+    """The corpus digests the snapshots under ``corpus_root`` were frozen with (an unreadable
+    manifest is left out)."""
+    return {frozen for _, frozen in _frozen_snapshots(corpus_root)}

@@ -249,13 +249,13 @@ def check_labelled_against(
     values = set(golden.items["labelled_against"].to_list()) - {snapshot_id, corpus_digest}
     if not values:
         return
-    from rag_eval_pipeline.lib.inputs.corpus import frozen_digests
+    from rag_eval_pipeline.lib.inputs.corpus import MANIFEST_NAME, frozen_digests
 
     root = Path(corpus_root)
     folders = sorted(
         entry.name
         for entry in (root.iterdir() if root.is_dir() else ())
-        if (entry / "documents").is_dir() or (entry / "manifest.json").is_file()
+        if (entry / "documents").is_dir() or (entry / MANIFEST_NAME).is_file()
     )
     unknown = {value for value in values if value not in folders}
     if any(len(value) == 64 for value in unknown):  # a digest: the manifests are read once
