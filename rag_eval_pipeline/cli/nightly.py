@@ -29,7 +29,6 @@ from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_name
 from rag_eval_pipeline.lib.runs.record import (
-    EVAL_RUN_TAG,
     REBASELINE_REASON_TAG,
     REBASELINE_TAG,
     REQUESTED_BY_TAG,
@@ -220,6 +219,7 @@ def end_interrupted_runs(instance, tags: dict, reason: str) -> None:
     executor made it; Dagster may have failed it already) and its evaluation run."""
     import dagster as dg
 
+    from rag_eval_pipeline.defs.alerts import abandon_eval_run
     from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG
 
     mine = dg.RunsFilter(tags={HOST_TAG: tags[HOST_TAG], PID_TAG: tags[PID_TAG]})
@@ -228,9 +228,7 @@ def end_interrupted_runs(instance, tags: dict, reason: str) -> None:
             continue
         if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING):
             instance.report_run_failed(run, message=reason)
-        eval_run_id = run.tags.get(EVAL_RUN_TAG)
-        if eval_run_id:
-            project.warehouse_resource().abandon(eval_run_id, reason)
+        abandon_eval_run(run, reason, project.warehouse_resource())
 
 
 def step_name(step_key: str) -> str:
@@ -292,15 +290,13 @@ def mark_failed(instance, result, reason: str, *, alert: bool = True) -> None:
     (unless it had completed: a failed gate leaves it complete) and, unless ``alert`` is False
     (an interrupt), the alert the ``failure_alerts`` sensor posts for the daemon's runs, which
     does not see runs executed in this process. A webhook that refuses it is a warning."""
-    from rag_eval_pipeline.defs.alerts import alert_failed_run
+    from rag_eval_pipeline.defs.alerts import abandon_eval_run, alert_failed_run
 
     run = instance.get_run_by_id(result.run_id)
     if run is None:
         return
     if not alert:
-        eval_run_id = run.tags.get(EVAL_RUN_TAG)
-        if eval_run_id:
-            project.warehouse_resource().abandon(eval_run_id, reason)
+        abandon_eval_run(run, reason, project.warehouse_resource())
         return
     try:
         status = alert_failed_run(instance, run, reason, project.warehouse_resource())
@@ -312,6 +308,19 @@ def mark_failed(instance, result, reason: str, *, alert: bool = True) -> None:
             f"warning: the alert webhook refused the alert of run {run.run_id}: HTTP {status}",
             file=sys.stderr,
         )
+
+
+def fail_on_steps(instance, result, lines: list[str]) -> None:
+    """A run whose steps failed: marked failed (alerted unless it was interrupted), each
+    failure printed; an interrupted one ends the process at once with 143."""
+    interrupted = any("interrupted" in line for line in lines)
+    mark_failed(instance, result, "; ".join(lines), alert=not interrupted)
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    if interrupted:
+        sys.stderr.flush()
+        # Threads still waiting on an endpoint must not keep the process alive.
+        os._exit(128 + signal.SIGTERM)
 
 
 def command_nightly(args: argparse.Namespace) -> int:
@@ -365,14 +374,7 @@ def command_nightly(args: argparse.Namespace) -> int:
         print(f"timing: job {time.perf_counter() - loaded:.2f} s", file=sys.stderr)
     step_failures = failure_messages(result)
     if step_failures:
-        interrupted = any("interrupted" in line for line in step_failures)
-        mark_failed(instance, result, "; ".join(step_failures), alert=not interrupted)
-        for line in step_failures:
-            print(f"error: {line}", file=sys.stderr)
-        if interrupted:
-            sys.stderr.flush()
-            # Threads still waiting on an endpoint must not keep the process alive.
-            os._exit(128 + signal.SIGTERM)
+        fail_on_steps(instance, result, step_failures)
         return 1
     summary = summary_facts(result)
     if summary is None:
@@ -422,13 +424,7 @@ def command_nightly(args: argparse.Namespace) -> int:
         )
         more_failures = failure_messages(follow_up)
         if more_failures:
-            interrupted = any("interrupted" in line for line in more_failures)
-            mark_failed(instance, follow_up, "; ".join(more_failures), alert=not interrupted)
-            for line in more_failures:
-                print(f"error: {line}", file=sys.stderr)
-            if interrupted:
-                sys.stderr.flush()
-                os._exit(128 + signal.SIGTERM)
+            fail_on_steps(instance, follow_up, more_failures)
             report_gates()
             return 1
         more_failed, more_warned = failed_checks(follow_up)

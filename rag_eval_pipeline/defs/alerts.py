@@ -29,6 +29,14 @@ def failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, 
     return failed
 
 
+def abandon_eval_run(run: dg.DagsterRun, message: str, warehouse_db: WarehouseResource) -> None:
+    """Mark the evaluation run of a failed Dagster run failed, with ``message`` (a run that had
+    completed stays complete: a failed gate does not undo it)."""
+    eval_run_id = run.tags.get(EVAL_RUN_TAG)
+    if eval_run_id:
+        warehouse_db.abandon(eval_run_id, message)
+
+
 def alert_failed_run(
     instance: dg.DagsterInstance,
     run: dg.DagsterRun,
@@ -41,14 +49,12 @@ def alert_failed_run(
     does this for the runs the daemon sees; ``rag-eval nightly`` for the runs it executes in
     its own process, which a run-status sensor does not see. Returns the webhook's HTTP status,
     or None when no webhook is set."""
-    eval_run_id = run.tags.get(EVAL_RUN_TAG)
-    if eval_run_id:
-        warehouse_db.abandon(eval_run_id, message)
+    abandon_eval_run(run, message, warehouse_db)
     alert = alert_for(
         dagster_run_id=run.run_id,
         job=run.job_name,
         partition=run.tags.get("dagster/partition"),
-        eval_run_id=eval_run_id,
+        eval_run_id=run.tags.get(EVAL_RUN_TAG),
         failed_checks=failed_checks(instance, run.run_id),
         failure_message=message,
     )

@@ -172,7 +172,7 @@ def fail_abandoned_runs(
         reason = f"the process that ran it (pid {pid} on {host}) is gone"
         instance.report_run_failed(run, message=reason)
         try:
-            alert_failed_run(instance, instance.get_run_by_id(run.run_id) or run, reason, warehouse)
+            alert_failed_run(instance, run, reason, warehouse)
         except RuntimeError as error:  # the webhook did not take it: the run is failed anyway
             if log is not None:
                 log.warning(str(error))
