@@ -22,7 +22,7 @@ from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_TAG,
     REQUESTED_BY_TAG,
 )
-from rag_eval_pipeline.testing import materialize_suite
+from rag_eval_pipeline.testing import materialize_suite, names
 
 from .conftest import FIXTURE_GATES, SUITE, fixture_assets, fixture_resources
 
@@ -58,7 +58,7 @@ class Nights:
             fixture_resources(self.library, self.warehouse),
             instance=self.instance,
             assets=self.assets,
-            selection=[a for a in self.assets if a.key.path[-1] == "run_comparison"],
+            selection=[a for a in self.assets if "run_comparison" in names(a)],
             run_config=run_config,
             tags=tags,
         )

@@ -42,6 +42,14 @@ EXPECTED_CHECKS = {
     ("eval_summary", "gate_faithfulness"),
     ("run_comparison", "comparable_with_baseline"),
     ("run_comparison", "gate_no_significant_regression"),
+} | {
+    (table, "published")
+    for table in (
+        "retrieval_metrics",
+        "generation_metrics",
+        "judge_calibration",
+        "claim_diagnostics",
+    )
 }
 
 
@@ -84,6 +92,16 @@ def test_jobs_and_schedules():
     assert sorted(j.name for j in defs.jobs) == ["nightly_eval", "rebaseline", "run_comparison_job"]
     nightly = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
     assert "run_comparison" not in nightly and "eval_summary" in nightly
+    # The published checks and the release gates run in one step after the summary, in both
+    # jobs that publish a night.
+    for name in ("nightly_eval", "rebaseline"):
+        graph = defs.resolve_job_def(name).graph
+        assert "release_checks" in {node.name for node in graph.nodes}
+        upstream = {
+            d.node.name
+            for d in graph.dependency_structure.all_upstream_outputs_from_node("release_checks")
+        }
+        assert upstream >= {"eval_summary"}, upstream
 
 
 def test_assets_carry_owners_kinds_and_code_versions():

@@ -178,7 +178,10 @@ def test_only_the_warehouse_writer_goes_to_the_warehouse_queue():
         for op in definitions.resolve_job_def(job).graph.iterate_op_defs()
     }
     # run_comparison_job runs in-process wherever it is launched (docs/SCALING.md).
-    assert {name for name, queue in queues.items() if queue == "warehouse"} == {"eval_summary"}
+    assert {name for name, queue in queues.items() if queue == "warehouse"} == {
+        "eval_summary",
+        "release_checks",
+    }
     assert {queue for queue in queues.values()} == {"warehouse", None}
 
 
@@ -286,8 +289,9 @@ def test_two_celery_workers_with_postgres_storage_equal_in_process(
 ):
     """The multi-worker deployment: Redis, two Celery workers and the Dagster storage in
     PostgreSQL (every process resolves the password from its own environment). worker1 consumes
-    only the warehouse queue, as a worker beside the warehouse file may: the summary step runs
-    there and nowhere else, every other step on worker2."""
+    only the warehouse queue, as a worker beside the warehouse file may: the summary step and
+    the release checks that read the warehouse after it run there and nowhere else, every other
+    step on worker2."""
     monkeypatch.setenv(PG_PASSWORD_ENV, "trust-authentication-ignores-it")
     environment = run_environment(
         tmp_path, RAG_EVAL_SHARDS=SHARDS, RAG_EVAL_WAREHOUSE_QUEUE="warehouse"
@@ -311,6 +315,7 @@ def test_two_celery_workers_with_postgres_storage_equal_in_process(
             assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
         workers = step_workers(run_events(environment, warehouse))
         assert workers.pop("eval_summary") == "worker1"
+        assert workers.pop("release_checks") == "worker1"
         assert len(workers) > 10 and set(workers.values()) == {"worker2"}
     assert postgres.process.poll() is not None
     assert warehouse_differences(bundled_in_process, warehouse) == []

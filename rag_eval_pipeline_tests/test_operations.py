@@ -27,7 +27,7 @@ from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.alerts import failure_alerts
 from rag_eval_pipeline.defs.resources import LLMJudgeResource, WarehouseResource
 from rag_eval_pipeline.lib.deployment import Deployment
-from rag_eval_pipeline.testing import evaluation_assets, materialize_suite
+from rag_eval_pipeline.testing import evaluation_assets, materialize_suite, names
 from rag_eval_pipeline.testing.fake_openai import FakeOpenAI
 
 from .conftest import FIXTURE_GATES, NIGHT, SUITE, fixture_assets, fixture_resources, fixture_suites
@@ -598,7 +598,7 @@ def test_a_significant_regression_fails_the_comparison_and_posts_an_alert(tmp_pa
         resources,
         instance=instance,
         assets=assets,
-        selection=[a for a in assets if a.key.path[-1] == "run_comparison"],
+        selection=[a for a in assets if "run_comparison" in names(a)],
     )
     assert not comparison.success
     with Webhook() as hook:
@@ -653,9 +653,7 @@ def test_a_run_killed_inside_the_summary_is_not_the_latest_complete_run(library,
         instance=instance,
         assets=assets,
         selection=[
-            a
-            for a in assets
-            if a.key.path[-1] in ("corpus_snapshot", "golden_set", "retrieval_run")
+            a for a in assets if names(a) & {"corpus_snapshot", "golden_set", "retrieval_run"}
         ],
     )
     partial_id = partial.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]

@@ -15,6 +15,7 @@ from rag_eval_pipeline.testing import (
     evaluation_assets,
     evaluation_resources,
     materialize_suite,
+    names,
     write_suite_file,
 )
 
@@ -148,9 +149,26 @@ def test_a_failing_gate_fails_the_dagster_run_and_writes_every_table(library, tm
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert not checks["gate_impossible_recall"].passed
     assert checks["gate_impossible_recall"].severity == dg.AssetCheckSeverity.ERROR
+    assert checks["gate_impossible_recall"].metadata["status"].value == "failed"
     assert result.asset_materializations_for_node("eval_summary")
     [(run_id, status)] = rows(warehouse, "SELECT eval_run_id, status FROM eval_runs")
     assert status == "complete"
+    # The gate fails the run after it was published: every metric table's published check
+    # passed, naming the run, in the same step as the gate.
+    published = {
+        c.asset_key.to_user_string(): c
+        for c in result.get_asset_check_evaluations()
+        if c.check_name == "published"
+    }
+    assert set(published) == {
+        "retrieval_metrics",
+        "generation_metrics",
+        "judge_calibration",
+        "claim_diagnostics",
+    }
+    for evaluation in published.values():
+        assert evaluation.passed
+        assert evaluation.description.startswith(f"{run_id} published, completed at ")
     for table in RUN_TABLES:
         query = f"SELECT count(*) FROM {table} WHERE eval_run_id = $run"
         assert rows(warehouse, query, {"run": run_id})[0][0] > 0, table
@@ -180,3 +198,55 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
         metadata = {key: getattr(v, "value", v) for key, v in materialization.metadata.items()}
         assert tuple(metadata[key] for key in keys) == record, asset
         assert metadata["published"].startswith("by eval_summary of this Dagster run")
+
+
+def test_a_metric_table_materialized_by_hand_is_not_published(library, tmp_path):
+    """Materializing ``retrieval_metrics`` alone (the UI's Materialize on one asset) computes
+    it from the night's stored inputs, but publishes nothing: its ``published`` check runs and
+    says so, as a warning, and the night's published record is left as it was."""
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    run_id = night(library, warehouse, instance)
+    assets = fixture_assets()
+    by_hand = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse),
+        instance=instance,
+        assets=assets,
+        selection=[a for a in assets if names(a) == {"retrieval_metrics"}],
+    )
+    assert by_hand.success
+    [published] = by_hand.get_asset_check_evaluations()
+    assert (published.asset_key.to_user_string(), published.check_name) == (
+        "retrieval_metrics",
+        "published",
+    )
+    assert not published.passed
+    assert published.severity == dg.AssetCheckSeverity.WARN
+    assert published.description == (
+        "this Dagster run names no evaluation run (no rag_eval/eval_run_id tag)"
+    )
+    assert rows(warehouse, "SELECT eval_run_id, status FROM eval_runs") == [(run_id, "complete")]
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (None, "R is not in the warehouse"),
+        (
+            {"status": "failed", "complete": False, "completed_at": None, "status_reason": "x"},
+            "R is failed in the warehouse: x",
+        ),
+        (
+            {"status": "started", "complete": False, "completed_at": None, "status_reason": None},
+            "R is started in the warehouse",
+        ),
+    ],
+)
+def test_a_run_not_complete_in_the_warehouse_is_not_published(record, expected):
+    from rag_eval_pipeline.defs.release_checks import published_check
+
+    check = published_check("retrieval_metrics", "R", record)
+    assert not check.passed and check.description == expected
+    assert check.severity == dg.AssetCheckSeverity.WARN

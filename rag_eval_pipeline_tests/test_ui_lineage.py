@@ -1,7 +1,8 @@
 """The Dagster UI shows the lineage and the audit metadata of a real nightly run.
 
-One module-scoped fixture runs ``rag-eval nightly`` into a temporary DAGSTER_HOME and warehouse,
-then serves them with ``dagster-webserver``. The GraphQL test checks the asset graph and the latest
+One module-scoped fixture runs ``rag-eval nightly`` into a temporary DAGSTER_HOME and warehouse
+(first a night interrupted with SIGTERM once its retrieval metrics are materialized, then a whole
+night), then serves them with ``dagster-webserver``. The GraphQL test checks the asset graph and the latest
 materialization metadata; the browser test drives Debian's Chromium through Playwright and saves a
 full-page screenshot of each view under ``test-artifacts/ui/``.
 """
@@ -9,6 +10,7 @@ full-page screenshot of each view under ``test-artifacts/ui/``.
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.browser
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 NIGHT = "2026-10-15"
+INTERRUPTED_NIGHT = "2026-10-14"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -120,6 +123,16 @@ query Checks($path: [String!]!) {
 }
 """
 
+PUBLISHED_QUERY = """
+query Published($path: [String!]!) {
+  assetCheckExecutions(assetKey: {path: $path}, checkName: "published", limit: 10) {
+    status
+    evaluation { success description }
+    run { status tags { key value } }
+  }
+}
+"""
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -149,6 +162,32 @@ def _graphql(base_url: str, query: str, **variables) -> dict:
     return body["data"]
 
 
+def _interrupted_night(env: dict) -> None:
+    """A night stopped with SIGTERM after its ``retrieval_metrics`` step ended (the step's
+    line is printed when it ends), before its summary published anything."""
+    process = subprocess.Popen(
+        [str(VENV_BIN / "rag-eval"), "nightly", "--partition", INTERRUPTED_NIGHT, "--no-summary"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = []
+    try:
+        for line in process.stderr:
+            seen.append(line)
+            if line.strip().startswith("retrieval_metrics "):
+                process.send_signal(signal.SIGTERM)
+                break
+        process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode == 128 + signal.SIGTERM, "".join(seen)[-4000:]
+
+
 @pytest.fixture(scope="module")
 def webserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of a dagster-webserver over one materialized night."""
@@ -163,6 +202,7 @@ def webserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PYTHONUNBUFFERED": "1",
     }
 
+    _interrupted_night(env)
     nightly = subprocess.run(
         [str(VENV_BIN / "rag-eval"), "nightly", "--partition", NIGHT, "--no-summary"],
         cwd=REPO_ROOT,
@@ -277,6 +317,33 @@ def test_graphql_lineage_and_metadata(webserver: str) -> None:
     assert metrics["eval_run_id"]["text"] in summary["summary"]["mdStr"]
 
 
+def _published_by_night(base_url: str, asset: str) -> dict[str, tuple[str, str]]:
+    """``published`` executions of ``asset`` by night: (the run's status, the check's)."""
+    executions = _graphql(base_url, PUBLISHED_QUERY, path=[asset])["assetCheckExecutions"]
+    by_night = {}
+    for execution in executions:
+        tags = {tag["key"]: tag["value"] for tag in execution["run"]["tags"]}
+        night = tags["dagster/partition"].split("|")[0]
+        by_night[night] = (execution["run"]["status"], execution["status"])
+    return by_night
+
+
+def test_an_interrupted_night_never_reads_as_published(webserver: str) -> None:
+    """The interrupted night materialized ``retrieval_metrics`` (Dagster records that when the
+    step ends), but its ``published`` check never ran: the UI resolves it as failed, while
+    the whole night's passed with the record it names."""
+    assert _published_by_night(webserver, "retrieval_metrics") == {
+        INTERRUPTED_NIGHT: ("FAILURE", "EXECUTION_FAILED"),
+        NIGHT: ("SUCCESS", "SUCCEEDED"),
+    }
+    executions = _graphql(webserver, PUBLISHED_QUERY, path=["generation_metrics"])
+    passed = [e for e in executions["assetCheckExecutions"] if e["status"] == "SUCCEEDED"]
+    [whole] = passed
+    assert whole["evaluation"]["success"] is True
+    assert whole["evaluation"]["description"].startswith(f"{NIGHT}-")
+    assert "published, completed at" in whole["evaluation"]["description"]
+
+
 @pytest.fixture(scope="module")
 def page(webserver: str):
     if not CHROMIUM.exists():
@@ -364,3 +431,16 @@ def test_browser_views(webserver: str, page) -> None:
         assert page.get_by_text("Succeeded", exact=True).count() >= len(names)
         assert page.get_by_text("Failed", exact=True).count() == 0
         _shoot(page, f"checks_{asset}")
+
+    # The published check's history on a metric table: the interrupted night's execution
+    # failed, the whole night's succeeded.
+    _open(
+        page,
+        f"{webserver}/assets/retrieval_metrics?view=checks&checkDetail=published",
+        "published",
+        state="attached",
+    )
+    page.get_by_text("Execution history", exact=True).first.click()
+    page.get_by_text("Execution failed", exact=True).first.wait_for(state="visible")
+    page.get_by_text("Passed", exact=True).first.wait_for(state="visible")
+    _shoot(page, "checks_retrieval_metrics_published")

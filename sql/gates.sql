@@ -28,3 +28,14 @@ INSERT INTO gate_results VALUES (
     $run, $gate, $gates_file, $gates_version, $status, $passed, $observed, $op, $threshold,
     $margin, $message
 )
+
+-- name: recorded_results
+-- The gates a published run was checked against, as its release checks report them.
+SELECT gate, status, passed, observed, op, threshold, margin, message
+FROM gate_results WHERE eval_run_id = $run
+ORDER BY gate
+
+-- name: published_run
+-- Whether the summary published the run: its record complete in the warehouse.
+SELECT status, status = 'complete' AS complete, completed_at, status_reason
+FROM eval_run_records WHERE eval_run_id = $run

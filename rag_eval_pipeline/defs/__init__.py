@@ -20,6 +20,7 @@ from rag_eval_pipeline.defs.metric_tables import (
 )
 from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.progress import LOGGERS
+from rag_eval_pipeline.defs.release_checks import build_release_checks
 from rag_eval_pipeline.defs.resources import (
     DeterministicJudgeResource,
     EvalSettings,
@@ -45,7 +46,8 @@ def build_evaluation_assets(
     writer_tags: Mapping[str, str] | None = None,
 ) -> list[dg.AssetsDefinition]:
     """The nightly graph: inputs, system runs, judging, metric tables, summary (the one step
-    that writes the warehouse, with ``writer_tags``: ``Deployment.warehouse_writer_tags``)."""
+    that writes the warehouse, with ``writer_tags``: ``Deployment.warehouse_writer_tags``).
+    Its release checks come from ``build_evaluation_checks``."""
     return [
         build_corpus_snapshot(partitions),
         build_golden_set(partitions),
@@ -58,6 +60,14 @@ def build_evaluation_assets(
         build_claim_diagnostics(partitions),
         build_eval_summary(partitions, gates, writer_tags),
     ]
+
+
+def build_evaluation_checks(
+    gates: GateSet, writer_tags: Mapping[str, str] | None = None
+) -> list[dg.AssetChecksDefinition]:
+    """The step after the summary: ``published`` on every metric table, and the release gates (it
+    reads the warehouse, so it runs where the summary does: ``writer_tags``)."""
+    return [build_release_checks(gates, writer_tags)]
 
 
 def build_resources(deployment: Deployment) -> dict:
@@ -105,6 +115,7 @@ def build_definitions(
             *build_evaluation_assets(partitions, gates, writer_tags),
             build_run_comparison(partitions, gates),
         ],
+        asset_checks=build_evaluation_checks(gates, writer_tags),
         jobs=[nightly_eval, rebaseline, run_comparison_job],
         schedules=[build_nightly_schedule(nightly_eval, deployment.timezone, deployment.suites)],
         sensors=[

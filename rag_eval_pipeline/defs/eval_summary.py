@@ -1,9 +1,9 @@
 """The evaluation summary asset: loads the finished run, settles its baseline, checks release gates.
 
-It is the only step that writes a run's tables into the warehouse (``lib.runs.lifecycle``). Each
-metric gate of the gates file is a blocking asset check on ``eval_summary`` with ERROR severity:
-a failing gate fails the Dagster run (red in the UI, seen by run-status sensors) after every table
-and the report are written, and the comparison guard still compares the run.
+It is the only step that writes a run's tables into the warehouse (``lib.runs.lifecycle``). The
+release gates are checked here and recorded in ``gate_results`` in the same publish as the
+tables; the step after it (``defs.release_checks``) reports them as blocking asset checks on
+``eval_summary``, beside the ``published`` check of every metric table.
 """
 
 import threading
@@ -24,15 +24,9 @@ from rag_eval_pipeline.lib.reporting.report import (
     write_html_report,
 )
 from rag_eval_pipeline.lib.reporting.summary import summary_markdown
-from rag_eval_pipeline.lib.runs.gates import (
-    MISSING,
-    NOT_CALIBRATED,
-    GateResult,
-    GateSet,
-    describe,
-    evaluate_gates,
-)
+from rag_eval_pipeline.lib.runs.gates import GateSet, evaluate_gates
 from rag_eval_pipeline.lib.runs.lifecycle import Finished, finish_run
+from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
 from rag_eval_pipeline.lib.store.sql import sql_query
 from rag_eval_pipeline.lib.store.warehouse import read_frame
 
@@ -60,32 +54,11 @@ def guard_facts(finished: Finished) -> dict:
     }
 
 
-def gate_check(result: GateResult) -> dg.AssetCheckResult:
-    """A gate's result as its asset check: ERROR when it fails, WARN when not assessed."""
-    return dg.AssetCheckResult(
-        check_name=f"gate_{result.gate.name}",
-        passed=result.passed,
-        severity=dg.AssetCheckSeverity.WARN
-        if result.status in (NOT_CALIBRATED, MISSING)
-        else dg.AssetCheckSeverity.ERROR,
-        description=result.message,
-        metadata={
-            "status": result.status,
-            "message": result.message,
-            "observed": result.observed,
-            "threshold": result.gate.threshold,
-            "margin": result.margin,
-        },
-    )
-
-
 def build_eval_summary(
     partitions: dg.PartitionsDefinition,
     gates: GateSet,
     writer_tags: Mapping[str, str] | None = None,
 ) -> dg.AssetsDefinition:
-    metric_gates = gates.metric_gates
-
     @evaluation_asset(
         "eval_summary",
         partitions=partitions,
@@ -93,12 +66,6 @@ def build_eval_summary(
         kinds={"duckdb"},
         code_version="eval-summary-v3",
         op_tags=dict(writer_tags or {}),
-        check_specs=[
-            dg.AssetCheckSpec(
-                f"gate_{gate.name}", asset="eval_summary", description=describe(gate), blocking=True
-            )
-            for gate in metric_gates
-        ],
     )
     def eval_summary(
         context: dg.AssetExecutionContext,
@@ -110,8 +77,10 @@ def build_eval_summary(
     ):
         """The finished run loaded into the warehouse in one publish: every table, its
         ``eval_runs`` record completed with the headline figures (the no-answer strata apart),
-        its baseline settled; the HTML report written; the release gates checked."""
+        its baseline settled; the release gates checked and recorded; the HTML report written."""
         record = record_of(retrieval_metrics)
+        # Its release checks find the evaluation run by this tag (``defs.release_checks``).
+        context.instance.add_run_tags(context.run.run_id, {EVAL_RUN_TAG: record.eval_run_id})
         report_file = warehouse_db.report_path(record.eval_run_id)
         # The charts' imports run while DuckDB (which releases the GIL) loads the warehouse,
         # and the charts are drawn while it writes the warehouse out and publishes it (its
@@ -139,7 +108,7 @@ def build_eval_summary(
             finished, results, gates, report_markdown(report_data, rendered)
         )
         dagster_run = finished.run["dagster_run_id"] or context.run_id
-        yield dg.Output(
+        return dg.Output(
             {**retrieval_metrics, "headline": finished.headline},
             metadata={
                 **metadata,
@@ -147,8 +116,6 @@ def build_eval_summary(
                 "report": dg.MetadataValue.path(str(report_file)),
             },
         )
-        for result in results:
-            yield gate_check(result)
 
     return eval_summary
 

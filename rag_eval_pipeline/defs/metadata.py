@@ -80,6 +80,7 @@ def provenance(record) -> dict:
         "settings_digest": record.settings.digest,
         "published": dg.MetadataValue.text(
             "by eval_summary of this Dagster run: until it completes, these figures are staged, "
-            "not a finished night (eval_runs.status says which)"
+            "not a finished night (this asset's published check says which, as does "
+            "eval_runs.status)"
         ),
     }

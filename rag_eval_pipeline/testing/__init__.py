@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_eval_pipeline.defs import build_evaluation_assets
+from rag_eval_pipeline.defs import build_evaluation_assets, build_evaluation_checks
 from rag_eval_pipeline.defs.comparison import build_run_comparison
 from rag_eval_pipeline.defs.partitions import SUITE, nightly_partitions, partition_key
 from rag_eval_pipeline.defs.resources import (
@@ -77,10 +77,20 @@ def evaluation_resources(
 
 
 def evaluation_assets(gates_file: Path = DEFAULT_GATES, *, timezone: str = "UTC") -> list:
-    """The nightly graph and ``run_comparison``, with the gates of ``gates_file``."""
+    """The nightly graph, its release checks and ``run_comparison``, with the gates of
+    ``gates_file``."""
     partitions = nightly_partitions(timezone)
     gates = read_gates(gates_file)
-    return [*build_evaluation_assets(partitions, gates), build_run_comparison(partitions, gates)]
+    return [
+        *build_evaluation_assets(partitions, gates),
+        *build_evaluation_checks(gates),
+        build_run_comparison(partitions, gates),
+    ]
+
+
+def names(definition: dg.AssetsDefinition) -> set[str]:
+    """The asset names a definition materializes (none for a checks-only definition)."""
+    return {key.path[-1] for key in definition.keys}
 
 
 def materialize_suite(
@@ -102,7 +112,7 @@ def materialize_suite(
     every = assets or evaluation_assets()
     return dg.materialize(
         every,
-        selection=selection or [a for a in every if a.key.path[-1] != "run_comparison"],
+        selection=selection or [a for a in every if "run_comparison" not in names(a)],
         resources=resources,
         partition_key=partition_key(night, suite),
         instance=instance,
