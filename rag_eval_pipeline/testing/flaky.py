@@ -18,7 +18,7 @@ import polars as pl
 from rag_eval_pipeline.defs.partitions import nightly_partitions
 from rag_eval_pipeline.defs.resources import ReferenceSystemResource
 from rag_eval_pipeline.lib.systems.protocol import SystemUnderTest
-from rag_eval_pipeline.testing import evaluation_assets, evaluation_resources
+from rag_eval_pipeline.testing import evaluation_assets, evaluation_resources, names
 
 
 class InjectedShardFailure(RuntimeError):
@@ -47,7 +47,7 @@ def flaky_nightly(
     *, suites: str, warehouse: str, gates: str, shards: int, fail_part: str, fail_while: str
 ) -> dg.JobDefinition:
     """The nightly graph on the in-process executor, with the flaky reference system."""
-    assets = [a for a in evaluation_assets(Path(gates)) if a.key.path[-1] != "run_comparison"]
+    assets = [a for a in evaluation_assets(Path(gates)) if "run_comparison" not in names(a)]
     system = FlakyReferenceSystemResource(
         evidence_threshold=1.0, fail_part=fail_part, fail_while=fail_while
     )
