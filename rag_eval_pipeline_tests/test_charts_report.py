@@ -25,6 +25,7 @@ from PIL import Image
 
 from rag_eval_pipeline.lib import files
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
+from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.lib.reporting import charts, report
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -253,6 +254,7 @@ def test_the_html_report_is_self_contained_and_complete(report_data, rendered, r
     assert runs[TONIGHT]["eval_run_id"] in page
     assert runs[TONIGHT]["dagster_run_id"] in page
     assert report_data["run"]["golden_digest"] in page
+    assert f'<td>Measure definitions</td><td class="wrap">{MEASURES_VERSION}</td>' in page
     assert page.count(IMAGE) == 3
     inlined = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert sorted(base64.b64decode(b) for b in inlined) == sorted(rendered.values())

@@ -16,6 +16,7 @@ from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.resources import ReferenceSystemResource
 from rag_eval_pipeline.lib.deployment import Deployment
 from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
+from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.lib.metrics.comparison import mcnemar_exact, paired_bootstrap
 from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_REASON_TAG,
@@ -359,3 +360,38 @@ def test_refusals_are_compared_per_stratum_and_confident_wrong_on_answerable_ite
     assert values["confident_wrong"] == (0.0, 0.0, 2)
     assert values["correct_refusal"] == (0.0, 1.0, 2)
     assert values["answer_correct"] == (0.5, 1.0, 2)
+
+
+def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebaselined(nights):
+    """A baseline recorded before the measure definitions were versioned (an earlier warehouse:
+    its ``measures_version`` is NULL) is not compared with tonight's run, the guard saying so
+    and naming the re-baseline; the re-baseline re-runs the baseline's configuration under
+    today's definitions on the same snapshot, and the night is then compared with it."""
+    nights.run("2026-10-15")
+    nights.tick()
+    with duckdb.connect(str(nights.warehouse)) as connection:
+        connection.execute("UPDATE eval_run_records SET measures_version = NULL")
+    nights.run("2026-10-16")
+    tick = nights.tick()
+    assert tick.run_requests == []
+    assert (
+        f"measure definitions {MEASURES_VERSION} (run 2026-10-16-" in tick.skip_message
+        and "differ from unrecorded (baseline 2026-10-15-" in tick.skip_message
+    )
+    assert "rag-eval rebaseline --partition 2026-10-16" in tick.skip_message
+    reason = "measure definitions of " + MEASURES_VERSION
+    nights.run("2026-10-16", tags={REBASELINE_TAG: "true", REBASELINE_REASON_TAG: reason})
+    [request] = nights.tick().run_requests
+    assert request.job_name == "rebaseline"
+    nights.run(
+        "2026-10-16",
+        tags=dict(request.tags),
+        system=request.run_config["resources"]["system"]["config"],
+    )
+    [compare] = nights.tick().run_requests
+    result = nights.compare("2026-10-16", compare.run_config)
+    assert result.success
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["comparable_with_baseline"] is True
+    # Same system, same snapshot: the offset the definitions alone made is recorded.
+    assert nights.query("SELECT count(*) FROM rebaseline_offsets")[0][0] > 0

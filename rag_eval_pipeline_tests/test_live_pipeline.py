@@ -31,6 +31,7 @@ from rag_eval_pipeline.defs.resources import (
 )
 from rag_eval_pipeline.lib.inputs.corpus import load_snapshot, snapshot_tables
 from rag_eval_pipeline.lib.inputs.traces import trace_file_digest
+from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
 from rag_eval_pipeline.lib.store.run_store import RunStore
 from rag_eval_pipeline.lib.systems.calls import SYSTEM_ERROR
@@ -178,6 +179,14 @@ def test_the_live_run_records_its_capture_and_identity(three_runs, served_refere
     assert "system errors                0 of 266 (0.0%)" in summary
     # The version the service reported is shown beside its id, as an engineer names it.
     assert f"  system            http  version {config['system_version']}  config " in summary
+    # And in the identity table of the report the night wrote.
+    [(report_path,)] = connection.sql(
+        "SELECT report_path FROM eval_runs WHERE eval_run_id = $run",
+        params={"run": three_runs["http"]},
+    ).fetchall()
+    page = Path(report_path).read_text(encoding="utf-8")
+    assert f'<td>System version</td><td class="wrap">{config["system_version"]}</td>' in page
+    assert f'<td>Measure definitions</td><td class="wrap">{MEASURES_VERSION}</td>' in page
     assert re.search(r"latency p50 / p95 / max\s+[\d.]+ / [\d.]+ / [\d.]+ ms  \(n=266\)", summary)
 
 

@@ -2,6 +2,8 @@
 suites never share a materialization or a baseline, a re-run never clobbers a baseline, and a
 failing gate fails the Dagster run after every table is written."""
 
+import hashlib
+import json
 import shutil
 
 import dagster as dg
@@ -9,7 +11,8 @@ import duckdb
 import pytest
 
 from rag_eval_pipeline.lib.errors import ConfigError
-from rag_eval_pipeline.lib.runs.record import RunSettings
+from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
+from rag_eval_pipeline.lib.runs.record import EvalRunRecord, RunSettings, comparability
 from rag_eval_pipeline.lib.store.tables import RUN_TABLES
 from rag_eval_pipeline.testing import (
     evaluation_assets,
@@ -189,10 +192,11 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
     [record] = rows(
         tmp_path / "w.duckdb",
         "SELECT eval_run_id, corpus_digest, golden_digest, system_id, system_config_digest, "
-        "judge_id, judge_config_digest, settings_digest FROM eval_runs",
+        "judge_id, judge_config_digest, settings_digest, measures_version FROM eval_runs",
     )
     keys = ("eval_run_id", "corpus_digest", "golden_digest", "system_id")
     keys += ("system_config_digest", "judge_id", "judge_config_digest", "settings_digest")
+    keys += ("measures_version",)
     for asset in ("retrieval_metrics", "generation_metrics"):
         [materialization] = result.asset_materializations_for_node(asset)
         metadata = {key: getattr(v, "value", v) for key, v in materialization.metadata.items()}
@@ -250,3 +254,67 @@ def test_a_run_not_complete_in_the_warehouse_is_not_published(record, expected):
     check = published_check("retrieval_metrics", "R", record)
     assert not check.passed and check.description == expected
     assert check.severity == dg.AssetCheckSeverity.WARN
+
+
+def _record(**changes) -> EvalRunRecord:
+    values = {
+        "suite": "procedures",
+        "night": "2026-10-15",
+        "snapshot_id": "2026-10-01",
+        "corpus_digest": "c" * 64,
+        "golden_set": "procedures",
+        "golden_digest": "g" * 64,
+        "system_config": {"system_id": "reference"},
+        "judge_config": {"judge_id": "deterministic"},
+        "settings": RunSettings(),
+        **changes,
+    }
+    return EvalRunRecord(**values)
+
+
+def test_the_measure_definitions_are_part_of_the_identity_and_recorded():
+    """A run measured with other definitions is another run (its rows never replace the old
+    figures); a record begun before the definitions were versioned keeps its id."""
+    current = _record()
+    assert current.measures_version == MEASURES_VERSION
+    assert current.as_row()["measures_version"] == MEASURES_VERSION
+    assert _record(measures_version="2026-01-01").eval_run_id != current.eval_run_id
+    legacy = {**current.as_json()}
+    del legacy["measures_version"]
+    before = _record(measures_version="")
+    # The identity as it was computed before: without the version.
+    material = json.dumps(before.identity, separators=(",", ":"))
+    assert before.identity == current.identity[:-1]
+    assert before.eval_run_id == f"2026-10-15-{hashlib.sha256(material.encode()).hexdigest()[:12]}"
+    assert EvalRunRecord.from_json(legacy).eval_run_id == before.eval_run_id
+    assert EvalRunRecord.from_json(current.as_json()).eval_run_id == current.eval_run_id
+
+
+def test_runs_measured_with_different_definitions_do_not_compare():
+    row = {**_record().as_row(), "partition_date": "2026-10-16"}
+    baseline = {**row, "eval_run_id": "2026-10-15-base"}
+    assert comparability(row, baseline)[0]
+    assert comparability({**row, "measures_version": None}, {**baseline, "measures_version": None})[
+        0
+    ]
+    comparable, reason = comparability(row, {**baseline, "measures_version": None})
+    assert not comparable
+    assert reason.startswith(
+        f"not comparable: measure definitions {MEASURES_VERSION} (run {row['eval_run_id']}) "
+        "differ from unrecorded (baseline 2026-10-15-base). Re-baseline explicitly: "
+        "rag-eval rebaseline --partition 2026-10-16 --suite procedures --reason '<what changed>'"
+    )
+
+
+def test_an_earlier_warehouse_gains_the_measures_version_column(tmp_path):
+    from rag_eval_pipeline.lib.store.warehouse import upgrade
+
+    connection = duckdb.connect(str(tmp_path / "old.duckdb"))
+    upgrade(connection)
+    connection.execute("DROP VIEW eval_runs")
+    connection.execute("ALTER TABLE eval_run_records DROP COLUMN measures_version")
+    upgrade(connection)
+    upgrade(connection)
+    columns = {row[0] for row in connection.sql("DESCRIBE eval_runs").fetchall()}
+    assert "measures_version" in columns
+    connection.close()

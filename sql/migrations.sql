@@ -44,3 +44,8 @@ ALTER TABLE generation_item_metrics ALTER COLUMN token_f1 DROP NOT NULL
 -- The trace file a live run captured (lib/systems/capture.py) and its SHA-256.
 ALTER TABLE eval_run_records ADD COLUMN IF NOT EXISTS trace_file VARCHAR;
 ALTER TABLE eval_run_records ADD COLUMN IF NOT EXISTS trace_digest VARCHAR
+
+-- name: measures_version_column
+-- The measure definitions a run was computed with (lib/metrics/__init__.py); NULL for runs
+-- recorded before, which compare with no run that has one.
+ALTER TABLE eval_run_records ADD COLUMN IF NOT EXISTS measures_version VARCHAR

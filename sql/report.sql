@@ -4,7 +4,8 @@
 SELECT eval_run_id, suite, status, status_reason, partition_date, dagster_run_id, snapshot_id, corpus_digest, golden_set,
        golden_digest, system_id, system_config_digest, judge_id, judge_config_digest,
        settings_digest, baseline_run_id, is_baseline, rebaseline, rebaseline_reason, rebaseline_requested_by,
-       CAST(started_at AS VARCHAR) AS started_at, CAST(completed_at AS VARCHAR) AS completed_at
+       CAST(started_at AS VARCHAR) AS started_at, CAST(completed_at AS VARCHAR) AS completed_at,
+       system_config, measures_version
 FROM eval_runs WHERE eval_run_id = $run
 
 -- name: retrieval

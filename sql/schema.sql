@@ -97,7 +97,8 @@ CREATE TABLE IF NOT EXISTS eval_run_records (
     headline VARCHAR,
     report_path VARCHAR,
     trace_file VARCHAR,
-    trace_digest VARCHAR
+    trace_digest VARCHAR,
+    measures_version VARCHAR
 );
 CREATE TABLE IF NOT EXISTS run_baselines (
     eval_run_id VARCHAR PRIMARY KEY,

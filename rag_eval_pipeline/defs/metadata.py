@@ -64,7 +64,7 @@ def counts(frame: pl.DataFrame, column: str) -> dict[str, int]:
 def provenance(record) -> dict:
     """What produced a metric table, shown on its asset page: the evaluation run, the corpus
     and golden-set digests, the system and judge with their configuration digests, the run
-    settings' digest, and where the figures are published (until ``eval_summary`` of the same
+    settings' digest, the measure definitions' version, and where the figures are published (until ``eval_summary`` of the same
     Dagster run completes, they are staged in the run store and are not a finished night)."""
     return {
         "eval_run_id": record.eval_run_id,
@@ -78,6 +78,7 @@ def provenance(record) -> dict:
         "judge_id": record.judge_id,
         "judge_config_digest": record.judge_config_digest,
         "settings_digest": record.settings.digest,
+        "measures_version": record.measures_version,
         "published": dg.MetadataValue.text(
             "by eval_summary of this Dagster run: until it completes, these figures are staged, "
             "not a finished night (this asset's published check says which, as does "

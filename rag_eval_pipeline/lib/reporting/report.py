@@ -32,6 +32,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     headline_from_tables,
     system_version,
 )
+from rag_eval_pipeline.lib.runs.record import UNRECORDED
 from rag_eval_pipeline.lib.store.sql import sql_query
 
 HISTORY_MEASURES = ("Success@5", "nDCG@10")
@@ -249,6 +250,7 @@ def _identity_table(run: Mapping) -> str:
         ("Judge", "judge_id"),
         ("Judge configuration digest", "judge_config_digest"),
         ("Run settings digest", "settings_digest"),
+        ("Measure definitions", "measures_version"),
         ("Baseline run", "baseline_run_id"),
         ("Is a baseline", "is_baseline"),
         ("Re-baseline", "rebaseline"),
@@ -257,7 +259,11 @@ def _identity_table(run: Mapping) -> str:
         ("Started (UTC)", "started_at"),
         ("Completed (UTC)", "completed_at"),
     ]
-    run = {**run, "system_version": system_version(run) or "not reported"}
+    run = {
+        **run,
+        "system_version": system_version(run) or "not reported",
+        "measures_version": run.get("measures_version") or UNRECORDED,
+    }
     return _table(None, [[label, run.get(key)] for label, key in fields], wrap=(1,))
 
 

@@ -11,7 +11,10 @@ record below; ``eval_run_id`` is derived from every field of it that can change 
   context size, cut-offs, relevance level, seeds, sample sizes, and the digests of the human
   labels and production traces the run reads;
 - the variant (a re-baseline run is a different run from the night it was made for, even when
-  every other field agrees).
+  every other field agrees);
+- the version of the measure definitions the figures are computed with
+  (``lib.metrics.MEASURES_VERSION``; empty in a record begun before it was recorded, and then
+  left out of the identity, so such a record keeps its id).
 
 The same record gives the same id: a re-run replaces that run's rows and nothing else. Any change
 gives a new id, so two runs that differ only in ``context_k`` keep both their rows. The request
@@ -25,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 
 REBASELINE_TAG = "rag_eval/rebaseline"
 REBASELINE_REASON_TAG = "rag_eval/rebaseline_reason"
@@ -36,6 +40,8 @@ STARTED = "started"
 COMPLETE = "complete"
 FAILED = "failed"
 STATUSES = (STARTED, COMPLETE, FAILED)
+# What a record written before measure definitions were versioned shows for them.
+UNRECORDED = "unrecorded"
 
 
 def config_digest(config: Mapping) -> str:
@@ -138,6 +144,7 @@ class EvalRunRecord:
     judge_config: Mapping
     settings: RunSettings
     request: RunRequest = field(default_factory=RunRequest)
+    measures_version: str = MEASURES_VERSION
 
     @property
     def system_id(self) -> str:
@@ -173,7 +180,7 @@ class EvalRunRecord:
             self.judge_config_digest,
             self.settings.digest,
             self.variant,
-        ]
+        ] + ([self.measures_version] if self.measures_version else [])
 
     @property
     def eval_run_id(self) -> str:
@@ -204,6 +211,7 @@ class EvalRunRecord:
             "rebaseline_reason": self.request.rebaseline_reason,
             "rebaseline_requested_by": self.request.requested_by,
             "rebaseline_for": self.request.rebaseline_for,
+            "measures_version": self.measures_version,
         }
 
     def as_json(self) -> dict:
@@ -235,13 +243,16 @@ class EvalRunRecord:
                 requested_by=document["rebaseline_requested_by"],
                 rebaseline_for=document["rebaseline_for"],
             ),
+            measures_version=document.get("measures_version") or "",
         )
 
 
 def comparability(candidate: Mapping, baseline: Mapping) -> tuple[bool, str]:
-    """Two runs compare when they share the corpus digest and the golden-set digest.
+    """Two runs compare when they share the corpus digest, the golden-set digest and the measure
+    definitions (``measures_version``; a run recorded before it was recorded has none, and
+    compares with no run that has one).
 
-    Returns ``(comparable, reason)``; the reason names both digests and the way forward.
+    Returns ``(comparable, reason)``; the reason names what differs and the way forward.
     """
     problems = []
     if candidate["corpus_digest"] != baseline["corpus_digest"]:
@@ -254,10 +265,19 @@ def comparability(candidate: Mapping, baseline: Mapping) -> tuple[bool, str]:
             f"golden-set digest {candidate['golden_digest'][:12]} differs from "
             f"{baseline['golden_digest'][:12]} (baseline {baseline['eval_run_id']})"
         )
+    measured, measured_before = (
+        candidate.get("measures_version") or UNRECORDED,
+        baseline.get("measures_version") or UNRECORDED,
+    )
+    if measured != measured_before:
+        problems.append(
+            f"measure definitions {measured} (run {candidate['eval_run_id']}) differ from "
+            f"{measured_before} (baseline {baseline['eval_run_id']})"
+        )
     if not problems:
         return True, (
-            f"same corpus digest {candidate['corpus_digest'][:12]} and golden-set digest "
-            f"{candidate['golden_digest'][:12]}"
+            f"same corpus digest {candidate['corpus_digest'][:12]}, golden-set digest "
+            f"{candidate['golden_digest'][:12]} and measure definitions {measured}"
         )
     suite = candidate.get("suite")
     suite_option = f" --suite {suite}" if suite else ""
@@ -267,6 +287,6 @@ def comparability(candidate: Mapping, baseline: Mapping) -> tuple[bool, str]:
         + ". Re-baseline explicitly: rag-eval rebaseline"
         + f" --partition {candidate.get('partition_date') or '<night>'}"
         + suite_option
-        + " --reason '<why the corpus changed>'"
+        + " --reason '<what changed>'"
         + " (or tag the run rag_eval/rebaseline=true with rag_eval/rebaseline_reason)"
     )

@@ -55,6 +55,7 @@ def upgrade(connection: duckdb.DuckDBPyConnection) -> None:
         "decision_suite_value",
         "optional_outcomes",
         "capture_columns",
+        "measures_version_column",
     ):
         connection.execute(sql_query("migrations", step))
     for statement in sql_statements("views"):
