@@ -399,6 +399,97 @@ def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_p
     assert warehouse_differences(uninterrupted, warehouse) == []
 
 
+def _flaky_job(library, warehouse: Path, gates: Path):
+    """The nightly graph with the gates of ``gates`` (its system never fails)."""
+    return dg.build_reconstructable_job(
+        "rag_eval_pipeline.testing.flaky",
+        "flaky_nightly",
+        reconstructable_kwargs={
+            "suites": str(fixture_suites(library)),
+            "warehouse": str(warehouse),
+            "gates": str(gates),
+            "shards": 1,
+            "fail_part": "no-such-part",
+            "fail_while": str(warehouse.parent / "never"),
+        },
+    )
+
+
+def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_file_changed(
+    library, tmp_path
+):
+    """A night failing a gate fails in ``release_checks``, after its summary published it.
+    Re-executed from that failure (the Python API copies no tags from the run it re-executes),
+    the step alone runs again and reports the result the parent run's summary recorded; after
+    the gate's threshold was edited, it fails saying the recorded result is of another file and
+    to materialize eval_summary again, rather than report a check of the old threshold."""
+    gate = (
+        "version: {version}\ngates:\n  - name: recall_at_1\n    table: retrieval_metrics\n"
+        "    metric: R@1\n    statistic: value\n    op: '>='\n    threshold: {threshold}\n"
+    )
+    strict, relaxed = tmp_path / "strict.yaml", tmp_path / "relaxed.yaml"
+    strict.write_text(gate.format(version=1, threshold=1.01))
+    relaxed.write_text(gate.format(version=2, threshold=0.1))
+    warehouse = tmp_path / "w" / "rag_eval.duckdb"
+    key = partition_key(NIGHT, SUITE)
+    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
+    tags["dagster/partition/suite"] = SUITE
+    (tmp_path / "home").mkdir()
+
+    def gate_check(result):
+        [check] = [
+            c for c in result.get_asset_check_evaluations() if c.check_name == "gate_recall_at_1"
+        ]
+        return check
+
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
+        with dg.execute_job(_flaky_job(library, warehouse, strict), instance, tags=tags) as night:
+            assert not night.success
+            failed = {e.step_key for e in night.all_events if e.is_step_failure}
+            assert failed == {"release_checks"}
+            first = gate_check(night)
+        options = dg.ReexecutionOptions.from_failure(night.run_id, instance)
+        job = _flaky_job(library, warehouse, strict)
+        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as again:
+            steps = {e.step_key for e in again.all_events if e.is_step_success or e.is_step_failure}
+            assert steps == {"release_checks"}
+            assert not again.success
+            recorded = gate_check(again)
+        assert (recorded.passed, recorded.severity, recorded.description) == (
+            False,
+            dg.AssetCheckSeverity.ERROR,
+            first.description,
+        )
+        assert "observed" in recorded.description and ">= 1.01" in recorded.description
+        published = [c for c in again.get_asset_check_evaluations() if c.check_name == "published"]
+        assert len(published) == 4 and all(c.passed for c in published)
+        options = dg.ReexecutionOptions.from_failure(again.run_id, instance)
+        job = _flaky_job(library, warehouse, relaxed)
+        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as edited:
+            assert not edited.success
+            stale = gate_check(edited)
+        # A step that cannot see the warehouse the summary wrote (a volume not mounted) says
+        # so, and creates no empty warehouse in its place.
+        warehouse.rename(tmp_path / "moved.duckdb")
+        options = dg.ReexecutionOptions.from_failure(edited.run_id, instance)
+        job = _flaky_job(library, warehouse, strict)
+        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as unseen:
+            assert not unseen.success
+            blind = gate_check(unseen)
+        assert not warehouse.exists()
+    assert blind.severity == dg.AssetCheckSeverity.ERROR
+    assert blind.description.startswith(
+        f"gate recall_at_1 not assessed: no warehouse at {warehouse}"
+    )
+    assert not stale.passed and stale.severity == dg.AssetCheckSeverity.ERROR
+    assert stale.description.startswith("gate recall_at_1 not assessed: eval_summary checked ")
+    assert stale.description.endswith(
+        " against strict.yaml version 1 (>= 1.01), not relaxed.yaml version 2 (>= 0.1): "
+        "materialize eval_summary again to check the gates as they are now"
+    )
+
+
 def test_only_the_summary_step_opens_the_warehouse_for_writing(library, tmp_path, monkeypatch):
     """Sharded steps and metric steps write the run store; the one write of the warehouse in a
     night is eval_summary's load (so workers never contend for DuckDB's file lock)."""

@@ -205,32 +205,37 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
 
 
 def test_a_metric_table_materialized_by_hand_is_not_published(library, tmp_path):
-    """Materializing ``retrieval_metrics`` alone (the UI's Materialize on one asset) computes
-    it from the night's stored inputs, but publishes nothing: its ``published`` check runs and
-    says so, as a warning, and the night's published record is left as it was."""
+    """Materializing ``retrieval_metrics`` alone (the UI's Materialize on one asset), or with
+    the inputs and the retrieval run (the same inputs give the same evaluation run, whose record
+    is complete from the night before), computes it but publishes nothing: its ``published``
+    check runs and says so, as a warning, and the night's published record is left as it was."""
     warehouse = tmp_path / "w.duckdb"
     instance = dg.DagsterInstance.ephemeral()
     run_id = night(library, warehouse, instance)
     assets = fixture_assets()
-    by_hand = materialize_suite(
-        NIGHT,
-        SUITE,
-        fixture_resources(library, warehouse),
-        instance=instance,
-        assets=assets,
-        selection=[a for a in assets if names(a) == {"retrieval_metrics"}],
-    )
-    assert by_hand.success
-    [published] = by_hand.get_asset_check_evaluations()
-    assert (published.asset_key.to_user_string(), published.check_name) == (
-        "retrieval_metrics",
-        "published",
-    )
-    assert not published.passed
-    assert published.severity == dg.AssetCheckSeverity.WARN
-    assert published.description == (
-        "this Dagster run names no evaluation run (no rag_eval/eval_run_id tag)"
-    )
+    for chosen in (
+        {"retrieval_metrics"},
+        {"corpus_snapshot", "golden_set", "retrieval_run", "retrieval_metrics"},
+    ):
+        by_hand = materialize_suite(
+            NIGHT,
+            SUITE,
+            fixture_resources(library, warehouse),
+            instance=instance,
+            assets=assets,
+            selection=[a for a in assets if names(a) and names(a) <= chosen],
+        )
+        assert by_hand.success
+        [published] = [
+            c for c in by_hand.get_asset_check_evaluations() if c.check_name == "published"
+        ]
+        assert published.asset_key.to_user_string() == "retrieval_metrics"
+        assert not published.passed
+        assert published.severity == dg.AssetCheckSeverity.WARN
+        assert published.description == (
+            "eval_summary did not run in this Dagster run (nor in the run it re-executes): "
+            "these figures were not published"
+        )
     assert rows(warehouse, "SELECT eval_run_id, status FROM eval_runs") == [(run_id, "complete")]
 
 
@@ -238,6 +243,10 @@ def test_a_metric_table_materialized_by_hand_is_not_published(library, tmp_path)
     ("record", "expected"),
     [
         (None, "R is not in the warehouse"),
+        (
+            {"status": "complete", "complete": True, "completed_at": None, "status_reason": None},
+            "why",
+        ),
         (
             {"status": "failed", "complete": False, "completed_at": None, "status_reason": "x"},
             "R is failed in the warehouse: x",
@@ -251,7 +260,7 @@ def test_a_metric_table_materialized_by_hand_is_not_published(library, tmp_path)
 def test_a_run_not_complete_in_the_warehouse_is_not_published(record, expected):
     from rag_eval_pipeline.defs.release_checks import published_check
 
-    check = published_check("retrieval_metrics", "R", record)
+    check = published_check("retrieval_metrics", "R", record, "why" if expected == "why" else "")
     assert not check.passed and check.description == expected
     assert check.severity == dg.AssetCheckSeverity.WARN
 

@@ -31,7 +31,7 @@ INSERT INTO gate_results VALUES (
 
 -- name: recorded_results
 -- The gates a published run was checked against, as its release checks report them.
-SELECT gate, status, passed, observed, op, threshold, margin, message
+SELECT gate, gates_file, gates_version, status, passed, observed, op, threshold, margin, message
 FROM gate_results WHERE eval_run_id = $run
 ORDER BY gate
 

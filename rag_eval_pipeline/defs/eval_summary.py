@@ -79,7 +79,8 @@ def build_eval_summary(
         ``eval_runs`` record completed with the headline figures (the no-answer strata apart),
         its baseline settled; the release gates checked and recorded; the HTML report written."""
         record = record_of(retrieval_metrics)
-        # Its release checks find the evaluation run by this tag (``defs.release_checks``).
+        # A run that materializes the summary alone has no retrieval step to tag it; the
+        # failure alert finds the evaluation run by this tag (``defs.alerts``).
         context.instance.add_run_tags(context.run.run_id, {EVAL_RUN_TAG: record.eval_run_id})
         report_file = warehouse_db.report_path(record.eval_run_id)
         # The charts' imports run while DuckDB (which releases the GIL) loads the warehouse,

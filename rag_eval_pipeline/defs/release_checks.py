@@ -3,16 +3,20 @@
 Dagster records a materialization when its step ends, so the metric tables of a night that was
 interrupted before ``eval_summary`` published it still read "Materialized" in the UI. Every
 metric table therefore carries a ``published`` check, evaluated in one step after the
-summary: it passes when the warehouse holds the run's record complete. A night that stopped
-before that step shows the check as not executed ("Execution failed" on a failed run), so its
-figures never look like a finished night's.
+summary: it passes when ``eval_summary`` of the same Dagster run (or of the run it re-executes)
+published the evaluation run and the warehouse holds its record complete. A night that stopped
+before that step shows the check as not executed ("Execution failed" on a failed run), and a
+metric table materialized by hand without the summary as a warning, so their figures never look
+like a finished night's.
 
 The release gates (``gate_<name>`` on ``eval_summary``) are reported by the same step, from the
 ``gate_results`` rows the summary wrote in the same publish as the tables. They are blocking
 with ERROR severity: a failing gate fails the Dagster run (red in the UI, seen by the run-status
 sensor) after the run is published, and the comparison guard still compares the run. Reporting
 them here rather than in ``eval_summary`` itself keeps a failing gate from skipping the
-``published`` checks.
+``published`` checks. A recorded result is reported only for the gate as the gates file states it
+now (file, version, operator, threshold); a gate checked against another file, or not recorded,
+fails saying to materialize ``eval_summary`` again.
 """
 
 from collections.abc import Mapping
@@ -20,12 +24,12 @@ from collections.abc import Mapping
 import dagster as dg
 
 from rag_eval_pipeline.defs.resources import WarehouseResource
-from rag_eval_pipeline.lib.runs.gates import MISSING, NOT_CALIBRATED, GateSet, describe
-from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
+from rag_eval_pipeline.lib.runs.gates import MISSING, NOT_CALIBRATED, Gate, GateSet, describe
 from rag_eval_pipeline.lib.store.sql import sql_query
 from rag_eval_pipeline.lib.store.warehouse import read_frame
 
 PUBLISHED_CHECK = "published"
+SUMMARY = dg.AssetKey("eval_summary")
 # The assets whose metadata shows figures. The inputs and the system runs materialize what
 # they say (the snapshot loaded, the system asked) whether or not the night is published;
 # each check evaluation costs the instance two event writes (about 40 ms on SQLite).
@@ -37,8 +41,9 @@ PUBLISHED_ASSETS = (
 )
 PUBLISHED_DESCRIPTION = (
     "The night this materialization belongs to was published: eval_summary of the same Dagster "
-    "run wrote every table into the warehouse and completed the run's eval_runs record. Not "
-    "executed means the run stopped before that; its figures are not a finished night's."
+    "run (or of the run it re-executes) wrote every table into the warehouse and completed the "
+    "run's eval_runs record. Not executed means the run stopped before that; its figures are "
+    "not a finished night's."
 )
 
 
@@ -66,26 +71,72 @@ def gate_check(row: Mapping) -> dg.AssetCheckResult:
     )
 
 
-def unrecorded_gate(gate_name: str, eval_run_id: str) -> dg.AssetCheckResult:
+def unassessed_gate(
+    gate_name: str, reason: str, severity: dg.AssetCheckSeverity
+) -> dg.AssetCheckResult:
+    """A gate this step could not report from the summary's record, and why."""
     return dg.AssetCheckResult(
         asset_key="eval_summary",
         check_name=gate_check_name(gate_name),
         passed=False,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=f"gate {gate_name} has no result recorded for {eval_run_id} in gate_results",
+        severity=severity,
+        description=f"gate {gate_name} not assessed: {reason}",
+        metadata={"status": "not assessed", "message": reason},
     )
 
 
-def published_check(asset: str, eval_run_id: str, run: Mapping | None) -> dg.AssetCheckResult:
-    """``published`` on ``asset``: passes when the run's record is complete in the warehouse;
-    WARN otherwise (the asset is not wrong, it is not part of a finished night: materialized by
-    hand without the summary, or the record names the run failed)."""
-    complete = bool(run and run["complete"])
+def recorded_gate(gate: Gate, gates: GateSet, row: Mapping | None, eval_run_id: str):
+    """The gate as the summary recorded it; an ERROR when it recorded no result for it, or one
+    checked against other gates (the file edited, then only this step re-executed)."""
+    if row is None:
+        reason = f"eval_summary recorded no result for it on {eval_run_id} (gate_results)"
+        return unassessed_gate(gate.name, reason, dg.AssetCheckSeverity.ERROR)
+    checked = (row["gates_file"], row["gates_version"], row["op"], row["threshold"])
+    current = (gates.path.name, gates.version, gate.op, float(gate.threshold))
+    if checked != current:
+        reason = (
+            f"eval_summary checked {eval_run_id} against {row['gates_file']} version "
+            f"{row['gates_version']} ({row['op']} {row['threshold']:g}), not {gates.path.name} "
+            f"version {gates.version} ({gate.op} {float(gate.threshold):g}): materialize "
+            "eval_summary again to check the gates as they are now"
+        )
+        return unassessed_gate(gate.name, reason, dg.AssetCheckSeverity.ERROR)
+    return gate_check(row)
+
+
+def summarized_run(instance: dg.DagsterInstance, dagster_run_id: str) -> str:
+    """The evaluation run ``eval_summary`` published in this Dagster run, or in the run it
+    re-executes (a re-execution from a failure after the summary runs this step alone); ""
+    when the summary ran in neither (assets materialized by hand without it)."""
+    seen: set[str] = set()
+    while dagster_run_id and dagster_run_id not in seen:
+        seen.add(dagster_run_id)
+        records = instance.get_records_for_run(
+            dagster_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000
+        ).records
+        for record in reversed(records):
+            materialization = record.event_log_entry.asset_materialization
+            if materialization is not None and materialization.asset_key == SUMMARY:
+                entry = materialization.metadata.get("eval_run_id")
+                return str(getattr(entry, "value", entry) or "")
+        run = instance.get_run_by_id(dagster_run_id)
+        dagster_run_id = run.parent_run_id if run is not None else None
+    return ""
+
+
+def published_check(
+    asset: str, eval_run_id: str, run: Mapping | None, missing: str = ""
+) -> dg.AssetCheckResult:
+    """``published`` on ``asset``: passes when the summary of this Dagster run published
+    ``eval_run_id`` and its record is complete in the warehouse; WARN otherwise (the asset is
+    not wrong, it is not part of a finished night: materialized by hand without the summary, or
+    the record names the run failed). ``missing`` says why there was nothing to look up."""
+    complete = bool(eval_run_id and not missing and run and run["complete"])
     completed_at = f"{run['completed_at']:%Y-%m-%d %H:%M:%S}" if complete else ""
     if complete:
         description = f"{eval_run_id} published, completed at {completed_at} UTC"
-    elif not eval_run_id:
-        description = "this Dagster run names no evaluation run (no rag_eval/eval_run_id tag)"
+    elif missing:
+        description = missing
     elif run is None:
         description = f"{eval_run_id} is not in the warehouse"
     else:
@@ -99,7 +150,7 @@ def published_check(asset: str, eval_run_id: str, run: Mapping | None) -> dg.Ass
         description=description,
         metadata={
             "eval_run_id": eval_run_id,
-            "status": run["status"] if run else "missing",
+            "status": run["status"] if run and not missing else "missing",
             "completed_at": completed_at,
         },
     )
@@ -138,25 +189,39 @@ def build_release_checks(
         "release gates it recorded with the run.",
     )
     def release_checks(context: dg.AssetCheckExecutionContext, warehouse_db: WarehouseResource):
-        # The tag is added by the run's retrieval step and again by its summary (a run that
-        # materializes the summary alone, or re-executes from a failure, has it too).
-        dagster_run = context.instance.get_run_by_id(context.run.run_id)
-        eval_run_id = dagster_run.tags.get(EVAL_RUN_TAG, "") if dagster_run else ""
-        params = {"run": eval_run_id}
-        with warehouse_db.warehouse().reading() as connection:
-            runs = read_frame(connection, sql_query("gates", "published_run"), params)
-            recorded = read_frame(connection, sql_query("gates", "recorded_results"), params)
-        run = runs.row(0, named=True) if runs.height else None
         # Materializing some assets by hand selects their checks alone.
         selected = {(key.asset_key.path[-1], key.name) for key in context.selected_asset_check_keys}
+        eval_run_id = summarized_run(context.instance, context.run.run_id)
+        warehouse = warehouse_db.warehouse()
+        missing, run, recorded = "", None, {}
+        if not eval_run_id:
+            missing = (
+                "eval_summary did not run in this Dagster run (nor in the run it re-executes): "
+                "these figures were not published"
+            )
+        elif not warehouse.exists():
+            missing = (
+                f"no warehouse at {warehouse.path}: this step must see the warehouse "
+                f"eval_summary published {eval_run_id} into"
+            )
+        else:
+            params = {"run": eval_run_id}
+            with warehouse.reading() as connection:
+                runs = read_frame(connection, sql_query("gates", "published_run"), params)
+                rows = read_frame(connection, sql_query("gates", "recorded_results"), params)
+            run = runs.row(0, named=True) if runs.height else None
+            recorded = {row["gate"]: row for row in rows.iter_rows(named=True)}
         for asset in PUBLISHED_ASSETS:
             if (asset, PUBLISHED_CHECK) in selected:
-                yield published_check(asset, eval_run_id, run)
-        by_gate = {row["gate"]: row for row in recorded.iter_rows(named=True)}
+                yield published_check(asset, eval_run_id, run, missing)
         for gate in metric_gates:
             if ("eval_summary", gate_check_name(gate.name)) not in selected:
                 continue
-            row = by_gate.get(gate.name)
-            yield gate_check(row) if row else unrecorded_gate(gate.name, eval_run_id)
+            if not eval_run_id:
+                yield unassessed_gate(gate.name, missing, dg.AssetCheckSeverity.WARN)
+            elif missing:
+                yield unassessed_gate(gate.name, missing, dg.AssetCheckSeverity.ERROR)
+            else:
+                yield recorded_gate(gate, gates, recorded.get(gate.name), eval_run_id)
 
     return release_checks

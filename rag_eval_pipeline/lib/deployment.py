@@ -4,7 +4,7 @@
 |---|---|---|
 | ``RAG_EVAL_TIMEZONE`` | time zone of the nights and of the 02:00 schedule | ``UTC`` |
 | ``RAG_EVAL_EXECUTOR`` | executor of the evaluation jobs (``in_process``, ``multiprocess``, ``celery`` with ``RAG_EVAL_CELERY_BROKER`` and ``RAG_EVAL_CELERY_BACKEND``, ``k8s``) | ``in_process`` |
-| ``RAG_EVAL_WAREHOUSE_QUEUE`` | with ``celery``: the queue of the one step of ``nightly_eval`` that writes the warehouse (``eval_summary``), so it runs on the worker beside the warehouse file (``docs/SCALING.md``) | the default queue |
+| ``RAG_EVAL_WAREHOUSE_QUEUE`` | with ``celery``: the queue of the one step of ``nightly_eval`` that writes the warehouse (``eval_summary``) and of ``release_checks``, which reads it, so they run on the worker beside the warehouse file (``docs/SCALING.md``) | the default queue |
 | ``RAG_EVAL_SHARDS`` | shards the per-item work is split into (``docs/SCALING.md``) | ``1`` |
 | ``RAG_EVAL_SYSTEM`` | system under test (``reference``; ``replay`` with ``RAG_EVAL_TRACES``; ``http`` with ``RAG_EVAL_SYSTEM_URL`` and, for a bearer token, ``RAG_EVAL_SYSTEM_KEY_ENV`` naming its variable) | ``reference`` |
 | ``RAG_EVAL_JUDGE`` | judge (``deterministic``; ``llm`` with ``RAG_EVAL_JUDGE_BASE_URL``, ``RAG_EVAL_JUDGE_MODEL``, ``RAG_EVAL_JUDGE_KEY_ENV``) | ``deterministic`` |
