@@ -64,8 +64,9 @@ def counts(frame: pl.DataFrame, column: str) -> dict[str, int]:
 def provenance(record) -> dict:
     """What produced a metric table, shown on its asset page: the evaluation run, the corpus
     and golden-set digests, the system and judge with their configuration digests, the run
-    settings' digest, the measure definitions' version, and where the figures are published (until ``eval_summary`` of the same
-    Dagster run completes, they are staged in the run store and are not a finished night)."""
+    settings' digest, the measure definitions' version, and where the figures are published
+    (until ``eval_summary`` of the same Dagster run completes, they are staged in the run store
+    and are not a finished night)."""
     return {
         "eval_run_id": record.eval_run_id,
         "suite": record.suite,

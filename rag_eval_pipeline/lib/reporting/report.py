@@ -32,7 +32,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     headline_from_tables,
     system_version,
 )
-from rag_eval_pipeline.lib.runs.record import UNRECORDED
+from rag_eval_pipeline.lib.runs.record import measures_of
 from rag_eval_pipeline.lib.store.sql import sql_query
 
 HISTORY_MEASURES = ("Success@5", "nDCG@10")
@@ -262,7 +262,7 @@ def _identity_table(run: Mapping) -> str:
     run = {
         **run,
         "system_version": system_version(run) or "not reported",
-        "measures_version": run.get("measures_version") or UNRECORDED,
+        "measures_version": measures_of(run),
     }
     return _table(None, [[label, run.get(key)] for label, key in fields], wrap=(1,))
 

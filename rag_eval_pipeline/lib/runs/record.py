@@ -247,6 +247,12 @@ class EvalRunRecord:
         )
 
 
+def measures_of(run: Mapping) -> str:
+    """The measure definitions an ``eval_runs`` row was computed with (``UNRECORDED`` for a row
+    written before they were recorded)."""
+    return run.get("measures_version") or UNRECORDED
+
+
 def comparability(candidate: Mapping, baseline: Mapping) -> tuple[bool, str]:
     """Two runs compare when they share the corpus digest, the golden-set digest and the measure
     definitions (``measures_version``; a run recorded before it was recorded has none, and
@@ -265,10 +271,7 @@ def comparability(candidate: Mapping, baseline: Mapping) -> tuple[bool, str]:
             f"golden-set digest {candidate['golden_digest'][:12]} differs from "
             f"{baseline['golden_digest'][:12]} (baseline {baseline['eval_run_id']})"
         )
-    measured, measured_before = (
-        candidate.get("measures_version") or UNRECORDED,
-        baseline.get("measures_version") or UNRECORDED,
-    )
+    measured, measured_before = measures_of(candidate), measures_of(baseline)
     if measured != measured_before:
         problems.append(
             f"measure definitions {measured} (run {candidate['eval_run_id']}) differ from "
