@@ -342,6 +342,31 @@ def test_two_celery_workers_on_a_generated_20000_document_suite(generated_suites
     assert warehouse_differences(reference, warehouse) == []
 
 
+def _flaky_job(
+    library,
+    warehouse: Path,
+    gates: Path = FIXTURE_GATES,
+    *,
+    shards: int = 1,
+    fail_part: str = "no-such-part",
+    fail_while: Path | None = None,
+):
+    """The nightly graph (``testing.flaky``) with the gates of ``gates``, its system failing in
+    ``fail_part`` while ``fail_while`` exists (by default never)."""
+    return dg.build_reconstructable_job(
+        "rag_eval_pipeline.testing.flaky",
+        "flaky_nightly",
+        reconstructable_kwargs={
+            "suites": str(fixture_suites(library)),
+            "warehouse": str(warehouse),
+            "gates": str(gates),
+            "shards": shards,
+            "fail_part": fail_part,
+            "fail_while": str(fail_while or warehouse.parent / "never"),
+        },
+    )
+
+
 def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_path):
     """Shard 1 of 3 fails; re-execution from failure runs that shard (and what waits on it)
     only: the other shards' Parquet parts are the same files, and the warehouse is the one a run
@@ -349,18 +374,7 @@ def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_p
     flag = tmp_path / "fail-shard-1"
     flag.touch()
     warehouse = tmp_path / "sharded" / "rag_eval.duckdb"
-    job = dg.build_reconstructable_job(
-        "rag_eval_pipeline.testing.flaky",
-        "flaky_nightly",
-        reconstructable_kwargs={
-            "suites": str(fixture_suites(library)),
-            "warehouse": str(warehouse),
-            "gates": str(FIXTURE_GATES),
-            "shards": 3,
-            "fail_part": "shard-0001",
-            "fail_while": str(flag),
-        },
-    )
+    job = _flaky_job(library, warehouse, shards=3, fail_part="shard-0001", fail_while=flag)
     key = partition_key(NIGHT, SUITE)
     tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
     tags["dagster/partition/suite"] = SUITE
@@ -397,22 +411,6 @@ def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_p
     uninterrupted = tmp_path / "uninterrupted" / "rag_eval.duckdb"
     assert materialize_night(library, uninterrupted, shards=3).success
     assert warehouse_differences(uninterrupted, warehouse) == []
-
-
-def _flaky_job(library, warehouse: Path, gates: Path):
-    """The nightly graph with the gates of ``gates`` (its system never fails)."""
-    return dg.build_reconstructable_job(
-        "rag_eval_pipeline.testing.flaky",
-        "flaky_nightly",
-        reconstructable_kwargs={
-            "suites": str(fixture_suites(library)),
-            "warehouse": str(warehouse),
-            "gates": str(gates),
-            "shards": 1,
-            "fail_part": "no-such-part",
-            "fail_while": str(warehouse.parent / "never"),
-        },
-    )
 
 
 def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_file_changed(
