@@ -488,6 +488,49 @@ def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_fi
     )
 
 
+def test_a_table_re_materialized_after_the_summary_is_not_published(library, tmp_path):
+    """A finished night, then a re-execution of ``retrieval_metrics`` and the release checks
+    alone: the table's new materialization came after the summary that published the night,
+    so its ``published`` check warns and says to materialize eval_summary again; the tables
+    the re-execution did not touch are still the published ones."""
+    warehouse = tmp_path / "w" / "rag_eval.duckdb"
+    key = partition_key(NIGHT, SUITE)
+    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
+    tags["dagster/partition/suite"] = SUITE
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
+        with dg.execute_job(_flaky_job(library, warehouse), instance, tags=tags) as night:
+            assert night.success
+            [eval_run_id] = {
+                c.metadata["eval_run_id"].value
+                for c in night.get_asset_check_evaluations()
+                if c.check_name == "published"
+            }
+        options = dg.ReexecutionOptions(
+            parent_run_id=night.run_id, step_selection=["retrieval_metrics", "release_checks"]
+        )
+        job = _flaky_job(library, warehouse)
+        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as again:
+            steps = {e.step_key for e in again.all_events if e.is_step_success}
+            published = {
+                c.asset_key.path[-1]: c
+                for c in again.get_asset_check_evaluations()
+                if c.check_name == "published"
+            }
+    assert steps == {"retrieval_metrics", "release_checks"}
+    stale = published.pop("retrieval_metrics")
+    assert (stale.passed, stale.severity) == (False, dg.AssetCheckSeverity.WARN)
+    assert stale.description == (
+        f"retrieval_metrics was materialized after eval_summary published {eval_run_id}: "
+        "these figures were not published; materialize eval_summary again"
+    )
+    assert stale.metadata["status"].value == "not published"
+    assert sorted(published) == ["claim_diagnostics", "generation_metrics", "judge_calibration"]
+    assert all(c.passed for c in published.values())
+    assert all(c.description.startswith(f"{eval_run_id} published") for c in published.values())
+
+
 def test_only_the_summary_step_opens_the_warehouse_for_writing(library, tmp_path, monkeypatch):
     """Sharded steps and metric steps write the run store; the one write of the warehouse in a
     night is eval_summary's load (so workers never contend for DuckDB's file lock)."""

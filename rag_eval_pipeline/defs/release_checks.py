@@ -3,8 +3,11 @@
 Dagster records a materialization when its step ends, so the metric tables of a night that was
 interrupted before ``eval_summary`` published it still read "Materialized" in the UI. Every
 metric table therefore carries a ``published`` check, evaluated in one step after the
-summary: it passes when ``eval_summary`` of the same Dagster run (or of the run it re-executes)
-published the evaluation run and the warehouse holds its record complete. A night that stopped
+summary: it passes when ``eval_summary`` ran after the table's materialization, in the same
+Dagster run (or, for a table this run did not materialize, in the run it re-executes), published
+the evaluation run that materialization names, and the warehouse holds its record complete. A
+table re-materialized in a re-execution that did not run the summary again, or for another
+evaluation run (a setting changed), is not published. A night that stopped
 before that step shows the check as not executed ("Execution failed" on a failed run), and a
 metric table materialized by hand without the summary as a warning, so their figures never look
 like a finished night's.
@@ -19,7 +22,8 @@ now (file, version, operator, threshold); a gate checked against another file, o
 fails saying to materialize ``eval_summary`` again.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import dagster as dg
 
@@ -104,33 +108,80 @@ def recorded_gate(gate: Gate, gates: GateSet, row: Mapping | None, eval_run_id: 
     return gate_check(row)
 
 
-def summarized_run(instance: dg.DagsterInstance, dagster_run_id: str) -> str:
-    """The evaluation run ``eval_summary`` published in this Dagster run, or in the run it
-    re-executes (a re-execution from a failure after the summary runs this step alone); ""
-    when the summary ran in neither (assets materialized by hand without it)."""
+@dataclass(frozen=True)
+class Materialized:
+    """An asset's newest materialization seen from a Dagster run: how many re-executions back
+    (0 is the run itself), its event's storage id and the evaluation run it names."""
+
+    depth: int
+    storage_id: int
+    eval_run_id: str
+
+
+def materialized_in_chain(
+    instance: dg.DagsterInstance, dagster_run_id: str, keys: Iterable[dg.AssetKey]
+) -> dict[dg.AssetKey, Materialized]:
+    """The newest materialization of each of ``keys`` in this Dagster run or, for a key this
+    run did not materialize, in the run it re-executes (and so on up the re-executions)."""
+    wanted, found = set(keys), {}
     seen: set[str] = set()
-    while dagster_run_id and dagster_run_id not in seen:
+    depth = 0
+    while dagster_run_id and dagster_run_id not in seen and wanted - found.keys():
         seen.add(dagster_run_id)
         records = instance.get_records_for_run(
             dagster_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000
         ).records
         for record in reversed(records):
             materialization = record.event_log_entry.asset_materialization
-            if materialization is not None and materialization.asset_key == SUMMARY:
-                entry = materialization.metadata.get("eval_run_id")
-                return str(getattr(entry, "value", entry) or "")
+            if materialization is None or materialization.asset_key not in wanted:
+                continue
+            if materialization.asset_key in found:
+                continue
+            entry = materialization.metadata.get("eval_run_id")
+            found[materialization.asset_key] = Materialized(
+                depth, record.storage_id, str(getattr(entry, "value", entry) or "")
+            )
         run = instance.get_run_by_id(dagster_run_id)
         dagster_run_id = run.parent_run_id if run is not None else None
+        depth += 1
+    return found
+
+
+def unpublished_reason(asset: str, summary: Materialized | None, table: Materialized | None):
+    """Why ``asset``'s materialization is not the one the summary published, or "" when it is:
+    the summary must come after it (in the same Dagster run, or in a re-execution of the run
+    that materialized it) and publish the evaluation run it names."""
+    if summary is None or not summary.eval_run_id:
+        return (
+            "eval_summary did not run in this Dagster run (nor in the run it re-executes): "
+            "these figures were not published"
+        )
+    if table is None:
+        return f"{asset} was not materialized in this Dagster run nor in the run it re-executes"
+    after = summary.depth < table.depth or (
+        summary.depth == table.depth and summary.storage_id > table.storage_id
+    )
+    if not after:
+        return (
+            f"{asset} was materialized after eval_summary published {summary.eval_run_id}: "
+            "these figures were not published; materialize eval_summary again"
+        )
+    if table.eval_run_id != summary.eval_run_id:
+        return (
+            f"{asset} holds evaluation run {table.eval_run_id or '(none named)'}, and "
+            f"eval_summary published {summary.eval_run_id}: these figures were not published"
+        )
     return ""
 
 
 def published_check(
     asset: str, eval_run_id: str, run: Mapping | None, missing: str = ""
 ) -> dg.AssetCheckResult:
-    """``published`` on ``asset``: passes when the summary of this Dagster run published
-    ``eval_run_id`` and its record is complete in the warehouse; WARN otherwise (the asset is
-    not wrong, it is not part of a finished night: materialized by hand without the summary, or
-    the record names the run failed). ``missing`` says why there was nothing to look up."""
+    """``published`` on ``asset``: passes when the summary published ``eval_run_id`` after the
+    asset's materialization (``unpublished_reason``) and its record is complete in the
+    warehouse; WARN otherwise (the asset is not wrong, it is not part of a finished night:
+    materialized by hand without the summary, after it, or the record names the run failed).
+    ``missing`` says why there was nothing to look up."""
     complete = bool(eval_run_id and not missing and run and run["complete"])
     completed_at = f"{run['completed_at']:%Y-%m-%d %H:%M:%S}" if complete else ""
     if complete:
@@ -150,7 +201,7 @@ def published_check(
         description=description,
         metadata={
             "eval_run_id": eval_run_id,
-            "status": run["status"] if run and not missing else "missing",
+            "status": run["status"] if run and not missing else "not published",
             "completed_at": completed_at,
         },
     )
@@ -191,14 +242,17 @@ def build_release_checks(
     def release_checks(context: dg.AssetCheckExecutionContext, warehouse_db: WarehouseResource):
         # Materializing some assets by hand selects their checks alone.
         selected = {(key.asset_key.path[-1], key.name) for key in context.selected_asset_check_keys}
-        eval_run_id = summarized_run(context.instance, context.run.run_id)
+        chain = materialized_in_chain(
+            context.instance,
+            context.run.run_id,
+            [SUMMARY, *(dg.AssetKey(asset) for asset in PUBLISHED_ASSETS)],
+        )
+        summary = chain.get(SUMMARY)
+        eval_run_id = summary.eval_run_id if summary else ""
         warehouse = warehouse_db.warehouse()
         missing, run, recorded = "", None, {}
         if not eval_run_id:
-            missing = (
-                "eval_summary did not run in this Dagster run (nor in the run it re-executes): "
-                "these figures were not published"
-            )
+            missing = unpublished_reason("eval_summary", None, None)
         elif not warehouse.exists():
             missing = (
                 f"no warehouse at {warehouse.path}: this step must see the warehouse "
@@ -213,7 +267,10 @@ def build_release_checks(
             recorded = {row["gate"]: row for row in rows.iter_rows(named=True)}
         for asset in PUBLISHED_ASSETS:
             if (asset, PUBLISHED_CHECK) in selected:
-                yield published_check(asset, eval_run_id, run, missing)
+                why_not = missing or unpublished_reason(
+                    asset, summary, chain.get(dg.AssetKey(asset))
+                )
+                yield published_check(asset, eval_run_id, run, why_not)
         for gate in metric_gates:
             if ("eval_summary", gate_check_name(gate.name)) not in selected:
                 continue
