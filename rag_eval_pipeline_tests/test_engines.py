@@ -9,6 +9,7 @@ or PostgreSQL is not installed on this machine; ``.ci/run`` installs both.
 """
 
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from rag_eval_pipeline.defs.reconstruct import STEP_IMPORTS, preload
 from rag_eval_pipeline.defs.resources import RunStoreIOManager
 from rag_eval_pipeline.lib.deployment import CELERY_QUEUE_TAG, Deployment
 from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.testing.engine import REDIS, CeleryEngine
 from rag_eval_pipeline.testing.postgres import PostgresServer, postgres_bin
 from rag_eval_pipeline.testing.warehouses import warehouse_differences
@@ -411,6 +413,45 @@ def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_p
     uninterrupted = tmp_path / "uninterrupted" / "rag_eval.duckdb"
     assert materialize_night(library, uninterrupted, shards=3).success
     assert warehouse_differences(uninterrupted, warehouse) == []
+
+
+def test_a_night_begun_with_other_measure_definitions_is_refused_on_re_execution(library, tmp_path):
+    """A night fails in a shard; its plan's outputs (the record each shard is handed) are
+    rewritten as a checkout before measure definitions were versioned wrote them. Re-executed
+    from the failure, the shard refuses the record instead of computing today's figures under
+    no recorded version, and nothing is published."""
+    flag = tmp_path / "fail-shard"
+    flag.touch()
+    warehouse = tmp_path / "w" / "rag_eval.duckdb"
+    job = _flaky_job(library, warehouse, shards=2, fail_part="shard-0001", fail_while=flag)
+    key = partition_key(NIGHT, SUITE)
+    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
+    tags["dagster/partition/suite"] = SUITE
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
+        with dg.execute_job(job, instance=instance, tags=tags) as failed:
+            assert not failed.success
+        plans = sorted(tmp_path.glob(f"**/{failed.run_id}/*plan_retrieval*/**/*"))
+        handed = [path for path in plans if path.is_file()]
+        assert len(handed) == 2
+        for path in handed:
+            spec = pickle.loads(path.read_bytes())
+            del spec["record"]["measures_version"]
+            path.write_bytes(pickle.dumps(spec))
+        flag.unlink()
+        options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)
+        with dg.execute_job(
+            job, instance=instance, tags=tags, reexecution_options=options
+        ) as rerun:
+            assert not rerun.success
+            [failure] = [e for e in rerun.all_events if e.is_step_failure]
+    assert failure.step_key == "retrieval_run.retrieve_shard[shard_0001]"
+    message = failure.step_failure_data.error.cause.message
+    assert "was begun with measure definitions unrecorded; this code computes them as " in message
+    assert f" as {MEASURES_VERSION}, so its figures would be recorded" in message
+    assert "materialize the night again from the start" in message
+    assert not warehouse.exists()
 
 
 def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_file_changed(

@@ -12,7 +12,12 @@ import pytest
 
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
-from rag_eval_pipeline.lib.runs.record import EvalRunRecord, RunSettings, comparability
+from rag_eval_pipeline.lib.runs.record import (
+    EvalRunRecord,
+    RunSettings,
+    comparability,
+    handed_on,
+)
 from rag_eval_pipeline.lib.store.tables import RUN_TABLES
 from rag_eval_pipeline.testing import (
     evaluation_assets,
@@ -297,6 +302,22 @@ def test_the_measure_definitions_are_part_of_the_identity_and_recorded():
     assert before.eval_run_id == f"2026-10-15-{hashlib.sha256(material.encode()).hexdigest()[:12]}"
     assert EvalRunRecord.from_json(legacy).eval_run_id == before.eval_run_id
     assert EvalRunRecord.from_json(current.as_json()).eval_run_id == current.eval_run_id
+
+
+def test_a_record_handed_on_with_other_definitions_is_refused():
+    """What one step hands the next is refused when begun with other measure definitions
+    (a night begun before an upgrade, re-executed after it), naming both versions."""
+    current = _record()
+    assert handed_on(current.as_json()) == current
+    for begun, shown in (("2026-01-01", "2026-01-01"), ("", "unrecorded")):
+        older = _record(measures_version=begun)
+        with pytest.raises(ConfigError) as refused:
+            handed_on(older.as_json())
+        assert str(refused.value).startswith(
+            f"evaluation run {older.eval_run_id} was begun with measure definitions {shown}; "
+            f"this code computes them as {MEASURES_VERSION}, so its figures would be recorded "
+            "under the wrong definitions"
+        )
 
 
 def test_runs_measured_with_different_definitions_do_not_compare():

@@ -21,7 +21,7 @@ from rag_eval_pipeline.defs.resources import (
 )
 from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
 from rag_eval_pipeline.lib.runs.lifecycle import begin_run, note_capture
-from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, EvalRunRecord, RunRequest
+from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, EvalRunRecord, RunRequest, handed_on
 from rag_eval_pipeline.lib.systems.calls import SystemErrorBoundError, error_bound
 from rag_eval_pipeline.lib.systems.capture import merge_captures
 from rag_eval_pipeline.lib.systems.run import captured_traces, retrieval_results, system_calls
@@ -40,7 +40,9 @@ def run_handle(record: EvalRunRecord, dagster_run_id: str) -> dict:
 
 
 def record_of(handle: dict) -> EvalRunRecord:
-    return EvalRunRecord.from_json(handle["record"])
+    """The record an upstream step handed on (refused when begun with other measure
+    definitions, ``record.handed_on``)."""
+    return handed_on(handle["record"])
 
 
 @dg.op(out=dg.DynamicOut(dict))

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from rag_eval_pipeline.defs.metadata import TEAM
-from rag_eval_pipeline.lib.runs.record import EvalRunRecord
+from rag_eval_pipeline.lib.runs.record import EvalRunRecord, handed_on
 from rag_eval_pipeline.lib.runs.shards import ShardSpec, check_parts, items_of_shard
 from rag_eval_pipeline.lib.store.run_store import RunStore
 
@@ -54,7 +54,7 @@ def fan_out(record: EvalRunRecord, shards: int) -> Iterator[dg.DynamicOutput]:
 
 def spec_of(document: dict) -> tuple[ShardSpec, EvalRunRecord]:
     spec = ShardSpec.from_dict(document)
-    return spec, EvalRunRecord.from_json(spec.record)
+    return spec, handed_on(spec.record)
 
 
 def fan_in(store: RunStore, shards: list[dict], tables: tuple[str, ...]) -> EvalRunRecord:

@@ -247,6 +247,23 @@ class EvalRunRecord:
         )
 
 
+def handed_on(document: Mapping) -> "EvalRunRecord":
+    """The record one step of a night hands the next, refused when it was begun with other
+    measure definitions than this code computes: a night begun before an upgrade and
+    re-executed after it would record figures of today's definitions under the earlier version
+    (or none). Such a night is started again, which makes a new evaluation run."""
+    record = EvalRunRecord.from_json(document)
+    if record.measures_version != MEASURES_VERSION:
+        begun = record.measures_version or UNRECORDED
+        raise ConfigError(
+            f"evaluation run {record.eval_run_id} was begun with measure definitions {begun}; "
+            f"this code computes them as {MEASURES_VERSION}, so its figures would be recorded "
+            "under the wrong definitions: materialize the night again from the start (a new "
+            "evaluation run) rather than re-executing the earlier Dagster run"
+        )
+    return record
+
+
 def measures_of(run: Mapping) -> str:
     """The measure definitions an ``eval_runs`` row was computed with (``UNRECORDED`` for a row
     written before they were recorded)."""
