@@ -395,3 +395,12 @@ def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebase
     assert checks["comparable_with_baseline"] is True
     # Same system, same snapshot: the offset the definitions alone made is recorded.
     assert nights.query("SELECT count(*) FROM rebaseline_offsets")[0][0] > 0
+    # The re-baseline says what it re-measured: the definitions, not a corpus.
+    [(why,)] = nights.query(
+        "SELECT reason FROM run_baselines WHERE eval_run_id IN "
+        "(SELECT eval_run_id FROM eval_runs WHERE rebaseline_for IS NOT NULL "
+        "AND rebaseline_for <> '')"
+    )
+    assert why.startswith("re-baseline of 2026-10-15-")
+    assert f": measure definitions {MEASURES_VERSION} (run 2026-10-16-" in why
+    assert "differ from unrecorded (baseline 2026-10-15-" in why and "corpus" not in why

@@ -336,6 +336,21 @@ def test_runs_measured_with_different_definitions_do_not_compare():
     )
 
 
+def test_two_runs_compared_by_hand_are_named_as_runs_without_re_baseline_advice():
+    """``rag-eval compare A B``: B is any run, not the suite's baseline, so the refusal names
+    both as runs and advises no re-baseline of A."""
+    row = {**_record().as_row(), "partition_date": "2026-10-16"}
+    other = {**row, "eval_run_id": "2026-10-15-other", "corpus_digest": "f" * 64}
+    comparable, reason = comparability(row, {**other, "measures_version": None}, other="run")
+    assert not comparable
+    assert reason == (
+        f"not comparable: corpus digest {row['corpus_digest'][:12]} (run {row['eval_run_id']}) "
+        f"differs from ffffffffffff (run 2026-10-15-other); measure definitions "
+        f"{MEASURES_VERSION} (run {row['eval_run_id']}) differ from unrecorded "
+        "(run 2026-10-15-other)"
+    )
+
+
 def test_an_earlier_warehouse_gains_the_measures_version_column(tmp_path):
     from rag_eval_pipeline.lib.store.warehouse import upgrade
 

@@ -511,7 +511,11 @@ def add_commands(commands) -> None:
     )
     rebaseline.add_argument("--suite", default=DEFAULT_SUITE)
     rebaseline.add_argument("--partition", type=project.night, help="night; default today")
-    rebaseline.add_argument("--reason", required=True, help="why the corpus changed")
+    rebaseline.add_argument(
+        "--reason",
+        required=True,
+        help="what changed (the corpus, the golden set, the measure definitions) and why",
+    )
     rebaseline.add_argument("--requested-by", help="who asks (default: $USER)")
     rebaseline.add_argument("--verbose", action="store_true")
     rebaseline.set_defaults(handler=command_rebaseline)

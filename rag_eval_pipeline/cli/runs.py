@@ -86,7 +86,7 @@ def command_compare(args: argparse.Namespace) -> int:
                 raise ConfigError(f"no evaluation run {name!r} in {warehouse.path}")
             if not run["complete"]:
                 raise ConfigError(f"evaluation run {name} is {run['status']}, not complete")
-        comparable, reason = comparability(candidate, baseline)
+        comparable, reason = comparability(candidate, baseline, other="run")
         print(f"{args.run_a} against {args.run_b}: {reason}")
         if not comparable:
             return 1

@@ -1,7 +1,8 @@
 """Jobs: the nightly evaluation, the re-baseline, and the comparison.
 
 ``nightly_eval`` materializes the whole evaluation of one night and suite; ``rebaseline`` is the
-same graph run with the baseline's system configuration on the new snapshot; ``run_comparison_job``
+same graph run with the baseline's system configuration on the new snapshot (or under new
+measure definitions); ``run_comparison_job``
 compares a completed run with its baseline (requested by the comparison guard).
 """
 
@@ -66,7 +67,8 @@ def build_jobs(partitions: dg.PartitionsDefinition, deployment: Deployment) -> t
         partitions_def=partitions,
         executor_def=executor,
         description=(
-            "Re-run the baseline's system configuration on the new snapshot; its eval_summary "
+            "Re-run the baseline's system configuration on the night's corpus and golden set, "
+            "under today's measure definitions; its eval_summary "
             "stores the offset and makes the re-run the baseline."
         ),
     )

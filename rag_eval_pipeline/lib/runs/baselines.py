@@ -14,7 +14,7 @@ import polars as pl
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, compare_items
 from rag_eval_pipeline.lib.runs import registry
-from rag_eval_pipeline.lib.runs.record import comparability
+from rag_eval_pipeline.lib.runs.record import comparability, differences
 from rag_eval_pipeline.lib.store.sql import load_sql, sql_query
 from rag_eval_pipeline.lib.store.warehouse import read_frame, replace_rows
 
@@ -154,7 +154,8 @@ def settle_baseline(
             pl.lit(run["rebaseline_reason"] or "").alias("reason"),
         )
         replace_rows(connection, "rebaseline_offsets", offsets, {"rebaseline_run_id": run_id})
-        reason = f"re-baseline of {current['eval_run_id']} on the new snapshot"
+        changed = differences(run, current) or ["the same corpus, golden set and definitions"]
+        reason = f"re-baseline of {current['eval_run_id']}: " + "; ".join(changed)
         registry.set_baseline_for(connection, run_id, current["eval_run_id"], False, reason)
         accept_baseline(
             connection,

@@ -1,14 +1,16 @@
 """The comparison guard's rule: what to do with a completed evaluation run.
 
-Two runs are compared only when they share the corpus digest and the golden-set digest. For each
+Two runs are compared only when they share the corpus digest, the golden-set digest and the
+measure definitions (``record.comparability``). For each
 completed run, from the facts the summary step recorded (``eval_summary``'s metadata):
 
 - a run tagged for re-baselining with a reason: launch the ``rebaseline`` job (the baseline's
-  system configuration on the new snapshot); without a reason: refuse, saying how to give one;
+  system configuration on the night's corpus and golden set, under today's measure definitions);
+  without a reason: refuse, saying how to give one;
 - a re-baseline run that just became the baseline: compare the night it was made for with it;
 - the baseline itself: nothing to compare;
 - a run comparable with its baseline: compare;
-- anything else: skip, naming both digests and the re-baseline command.
+- anything else: skip, naming what differs and the re-baseline command.
 
 The same rule runs in the ``comparison_guard`` sensor under the daemon and in ``rag-eval nightly``.
 """
@@ -29,7 +31,7 @@ def guard_decision(summary: Mapping) -> tuple[str, str]:
         if not str(summary.get("rebaseline_reason", "")).strip():
             return SKIP, (
                 f"re-baseline of {run} refused: no reason given; tag the run "
-                f"{REBASELINE_REASON_TAG}='<why the corpus changed>' (or rag-eval rebaseline --reason)"
+                f"{REBASELINE_REASON_TAG}='<what changed>' (or rag-eval rebaseline --reason)"
             )
         return REBASELINE, (
             f"re-baseline requested for {run} by {summary.get('requested_by') or 'unknown'}: "
@@ -37,7 +39,8 @@ def guard_decision(summary: Mapping) -> tuple[str, str]:
         )
     if summary.get("rebaseline_for"):
         return COMPARE, (
-            f"{run} re-ran the baseline configuration on the new snapshot and is now the "
+            f"{run} re-ran the baseline configuration where {summary['rebaseline_for']} "
+            f"is measured (its corpus, golden set and measure definitions) and is now the "
             f"baseline; comparing {summary['rebaseline_for']} with it"
         )
     if summary.get("is_baseline"):

@@ -270,35 +270,50 @@ def measures_of(run: Mapping) -> str:
     return run.get("measures_version") or UNRECORDED
 
 
-def comparability(candidate: Mapping, baseline: Mapping) -> tuple[bool, str]:
-    """Two runs compare when they share the corpus digest, the golden-set digest and the measure
-    definitions (``measures_version``; a run recorded before it was recorded has none, and
-    compares with no run that has one).
-
-    Returns ``(comparable, reason)``; the reason names what differs and the way forward.
-    """
+def differences(candidate: Mapping, baseline: Mapping, *, other: str = "baseline") -> list[str]:
+    """What keeps two runs from comparing (``comparability``), one phrase each; none when
+    they compare."""
     problems = []
     if candidate["corpus_digest"] != baseline["corpus_digest"]:
         problems.append(
             f"corpus digest {candidate['corpus_digest'][:12]} (run {candidate['eval_run_id']}) "
-            f"differs from {baseline['corpus_digest'][:12]} (baseline {baseline['eval_run_id']})"
+            f"differs from {baseline['corpus_digest'][:12]} ({other} {baseline['eval_run_id']})"
         )
     if candidate["golden_digest"] != baseline["golden_digest"]:
         problems.append(
             f"golden-set digest {candidate['golden_digest'][:12]} differs from "
-            f"{baseline['golden_digest'][:12]} (baseline {baseline['eval_run_id']})"
+            f"{baseline['golden_digest'][:12]} ({other} {baseline['eval_run_id']})"
         )
     measured, measured_before = measures_of(candidate), measures_of(baseline)
     if measured != measured_before:
         problems.append(
             f"measure definitions {measured} (run {candidate['eval_run_id']}) differ from "
-            f"{measured_before} (baseline {baseline['eval_run_id']})"
+            f"{measured_before} ({other} {baseline['eval_run_id']})"
         )
+    return problems
+
+
+def comparability(
+    candidate: Mapping, baseline: Mapping, *, other: str = "baseline"
+) -> tuple[bool, str]:
+    """Two runs compare when they share the corpus digest, the golden-set digest and the measure
+    definitions (``measures_version``; a run recorded before it was recorded has none, and
+    compares with no run that has one).
+
+    Returns ``(comparable, reason)``; the reason names what differs and, when ``baseline`` is
+    the suite's baseline (``other="baseline"``), the way forward: the re-baseline. Two runs
+    compared by hand (``other="run"``) are named as runs, with no re-baseline advice (neither
+    is the suite's baseline).
+    """
+    problems = differences(candidate, baseline, other=other)
+    measured = measures_of(candidate)
     if not problems:
         return True, (
             f"same corpus digest {candidate['corpus_digest'][:12]}, golden-set digest "
             f"{candidate['golden_digest'][:12]} and measure definitions {measured}"
         )
+    if other != "baseline":
+        return False, "not comparable: " + "; ".join(problems)
     suite = candidate.get("suite")
     suite_option = f" --suite {suite}" if suite else ""
     return False, (
