@@ -14,6 +14,8 @@ import pytest
 import yaml
 from dagster._core.instance.ref import InstanceRef
 
+from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
+
 from .conftest import fixture_suites
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,7 +309,16 @@ def test_an_incomplete_run_says_so_and_exits_non_zero(library, tmp_path):
         NIGHT, SUITE, fixture_resources(library, warehouse), assets=fixture_assets()
     )
     run_id = result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+    env = {"RAG_EVAL_WAREHOUSE": str(warehouse)}
+    shown = rag_eval("summary", run_id, env=env).stdout
+    assert f"\n  measures          {MEASURES_VERSION}\n" in shown
+    assert (
+        json.loads(rag_eval("summary", run_id, "--json", env=env).stdout)["measures_version"]
+        == MEASURES_VERSION
+    )
     with Warehouse(warehouse).writing() as connection:
+        # A row written before measure definitions were versioned says so.
+        connection.execute("UPDATE eval_run_records SET measures_version = NULL")
         connection.execute(
             "UPDATE eval_run_records SET status = 'started' WHERE eval_run_id = $run",
             {"run": run_id},
@@ -316,6 +327,7 @@ def test_an_incomplete_run_says_so_and_exits_non_zero(library, tmp_path):
     completed = rag_eval("summary", run_id, env={"RAG_EVAL_WAREHOUSE": str(warehouse)})
     assert completed.returncode == 1
     assert "INCOMPLETE: this run is failed: killed during eval_summary" in completed.stdout
+    assert "\n  measures          unrecorded\n" in completed.stdout
     latest = rag_eval("summary", env={"RAG_EVAL_WAREHOUSE": str(warehouse)})
     assert latest.returncode == 2 and "no completed evaluation run" in latest.stderr
 

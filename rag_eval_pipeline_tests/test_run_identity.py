@@ -10,6 +10,7 @@ import dagster as dg
 import duckdb
 import pytest
 
+from rag_eval_pipeline.defs.release_checks import PUBLISHED_ASSETS
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.lib.runs.record import (
@@ -202,11 +203,14 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
     keys = ("eval_run_id", "corpus_digest", "golden_digest", "system_id")
     keys += ("system_config_digest", "judge_id", "judge_config_digest", "settings_digest")
     keys += ("measures_version",)
-    for asset in ("retrieval_metrics", "generation_metrics"):
+    for asset in PUBLISHED_ASSETS:
         [materialization] = result.asset_materializations_for_node(asset)
         metadata = {key: getattr(v, "value", v) for key, v in materialization.metadata.items()}
         assert tuple(metadata[key] for key in keys) == record, asset
         assert metadata["published"].startswith("by eval_summary of this Dagster run")
+    [summary] = result.asset_materializations_for_node("eval_summary")
+    assert summary.metadata["measures_version"].value == MEASURES_VERSION
+    assert f"  measures          {MEASURES_VERSION}\n" in summary.metadata["summary"].value
 
 
 def test_a_metric_table_materialized_by_hand_is_not_published(library, tmp_path):

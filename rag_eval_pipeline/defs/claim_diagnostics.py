@@ -3,7 +3,12 @@
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import evaluation_asset, markdown_table, table_metadata
+from rag_eval_pipeline.defs.metadata import (
+    evaluation_asset,
+    markdown_table,
+    provenance,
+    table_metadata,
+)
 from rag_eval_pipeline.defs.resources import JudgeResource, SuiteRegistryResource, WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of
 from rag_eval_pipeline.lib.inputs.traces import load_traces
@@ -68,7 +73,7 @@ def build_claim_diagnostics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
             judge_sample,
             metadata={
                 **table_metadata(tables.metrics, "diagnostic_metrics"),
-                "eval_run_id": record.eval_run_id,
+                **provenance(record),
                 "diagnosed_items": len(chosen),
                 "judge_questions": tables.verdicts.height,
                 "headline": dg.MetadataValue.md(markdown_table(headline)),

@@ -26,7 +26,7 @@ from rag_eval_pipeline.lib.reporting.report import (
 from rag_eval_pipeline.lib.reporting.summary import summary_markdown
 from rag_eval_pipeline.lib.runs.gates import GateSet, evaluate_gates
 from rag_eval_pipeline.lib.runs.lifecycle import Finished, finish_run
-from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
+from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, measures_of
 from rag_eval_pipeline.lib.store.sql import sql_query
 from rag_eval_pipeline.lib.store.warehouse import read_frame
 
@@ -176,6 +176,7 @@ def summary_metadata(finished, results: list, gates: GateSet, charts: str) -> di
         "golden_digest": run["golden_digest"],
         "system_config_digest": run["system_config_digest"],
         "settings_digest": run["settings_digest"],
+        "measures_version": measures_of(run),
         "gates_file": f"{gates.path.name} (version {gates.version})",
         "summary": dg.MetadataValue.md(markdown),
         "charts": dg.MetadataValue.md(charts),

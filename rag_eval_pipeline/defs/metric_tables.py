@@ -192,7 +192,7 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
             judge_sample,
             metadata={
                 **table_metadata(table, "judge_calibration"),
-                "eval_run_id": record.eval_run_id,
+                **provenance(record),
                 "calibrated": row["calibrated"],
                 "kappa": row["kappa"],
                 "reason": row["reason"],

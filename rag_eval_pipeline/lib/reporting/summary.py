@@ -13,6 +13,7 @@ import duckdb
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_from_tables, judge_trust_lines
 from rag_eval_pipeline.lib.runs import registry
+from rag_eval_pipeline.lib.runs.record import UNRECORDED, measures_of
 from rag_eval_pipeline.lib.store.sql import sql_query
 
 HEADLINE_RETRIEVAL = ("Success@5", "R@5", "RR@5", "nDCG@10", "Stale@5")
@@ -95,6 +96,7 @@ def headline_from_tables(
         "system_version": system_version(identity),
         "judge_id": identity["judge_id"],
         "settings_digest": identity["settings_digest"],
+        "measures_version": measures_of(identity),
         "report_path": identity["report_path"],
         **({"gates": gates} if recorded else {}),
         "retrieval": sorted(retrieval, key=lambda r: order[r["measure"]]),
@@ -192,6 +194,7 @@ def format_summary(
         + (f"  version {headline['system_version']}" if headline.get("system_version") else "")
         + f"  config {headline['system_config_digest'][:12]}",
         f"  judge             {headline['judge_id']}",
+        f"  measures          {headline.get('measures_version') or UNRECORDED}",
         "",
         "Retrieval (answerable items, relevant = grade >= 2):",
         *(
