@@ -208,6 +208,45 @@ def test_corpus_changes_finds_every_change_of_digest(digests, changes):
     assert charts.corpus_changes(history) == changes
 
 
+def test_comparison_breaks_name_corpus_and_definition_changes():
+    history = pl.DataFrame(
+        {
+            "partition_date": ["2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"],
+            "corpus_digest": ["a" * 64, "a" * 64, "b" * 64, "c" * 64],
+            "measures_version": [None, "v1", "v1", "v2"],
+        }
+    )
+    assert charts.comparison_breaks(history) == {
+        1: ["definitions changed to v1"],
+        2: ["corpus changed to bbbbbbbb"],
+        3: ["corpus changed to cccccccc", "definitions changed to v2"],
+    }
+    # Without the column (a caller that has none), only the corpus breaks the line.
+    assert list(charts.comparison_breaks(history.drop("measures_version"))) == [2, 3]
+
+
+def test_a_change_of_measure_definitions_breaks_the_trend_and_is_noted(report_data, runs):
+    """The first night recorded before the definitions were versioned: the trend's one break
+    (between the nights, where the corpus also changed) names both changes, and the history
+    table says both keep the rows apart."""
+    first = runs[NIGHTS[0]]["eval_run_id"]
+    history = [
+        {**row, "measures_version": None} if row["eval_run_id"] == first else row
+        for row in report_data["history"]
+    ]
+    assert {row["measures_version"] for row in history} == {None, MEASURES_VERSION}
+    figure = charts.metric_trend_figure(
+        pl.DataFrame(history).filter(pl.col("metric") == "Success@5"), "Success@5"
+    )
+    [line] = dashed_vertical_lines(figure)
+    assert set(line.get_xdata()) == {0.5}
+    new_digest = runs[TONIGHT]["corpus_digest"][:8]
+    [label] = [text for text in texts(figure) if "changed" in text]
+    assert label == (f"corpus changed\nto {new_digest}\ndefinitions changed\nto {MEASURES_VERSION}")
+    page = report.report_html({**report_data, "history": history})
+    assert "corpus changed and definitions changed: not comparable with the row above" in page
+
+
 def test_corpus_changes_follow_night_order_not_row_order():
     history = pl.DataFrame(
         {

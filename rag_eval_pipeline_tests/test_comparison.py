@@ -12,6 +12,7 @@ from dagster._core.definitions.partitions.context import partition_loading_conte
 from scipy import stats
 from statsmodels.stats.contingency_tables import mcnemar
 
+from rag_eval_pipeline.cli import main
 from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.resources import ReferenceSystemResource
 from rag_eval_pipeline.lib.deployment import Deployment
@@ -362,7 +363,9 @@ def test_refusals_are_compared_per_stratum_and_confident_wrong_on_answerable_ite
     assert values["answer_correct"] == (0.5, 1.0, 2)
 
 
-def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebaselined(nights):
+def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebaselined(
+    nights, monkeypatch, capsys
+):
     """A baseline recorded before the measure definitions were versioned (an earlier warehouse:
     its ``measures_version`` is NULL) is not compared with tonight's run, the guard saying so
     and naming the re-baseline; the re-baseline re-runs the baseline's configuration under
@@ -404,3 +407,11 @@ def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebase
     assert why.startswith("re-baseline of 2026-10-15-")
     assert f": measure definitions {MEASURES_VERSION} (run 2026-10-16-" in why
     assert "differ from unrecorded (baseline 2026-10-15-" in why and "corpus" not in why
+    # rag-eval history marks where the definitions changed, as it marks a corpus change.
+    monkeypatch.setenv("RAG_EVAL_WAREHOUSE", str(nights.warehouse))
+    assert main(["history", "--metric", "Success@5"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    [mark] = [i for i, line in enumerate(shown) if "| measure definitions changed" in line]
+    assert shown[mark] == f"  | measure definitions changed: unrecorded -> {MEASURES_VERSION}"
+    assert "2026-10-15" in shown[mark - 1]
+    assert "2026-10-16" in shown[mark + 1] and not any("corpus changed" in s for s in shown)

@@ -11,7 +11,8 @@ WITH figures AS (
     FROM generation_metrics
     WHERE scope = 'overall' AND scope_value = 'answerable' AND metric = $metric
 )
-SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest, r.is_baseline,
+SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest,
+       coalesce(r.measures_version, 'unrecorded') AS measures_version, r.is_baseline,
        r.rebaseline_for, r.status, f.value, f.ci_low, f.ci_high, f.n
 FROM eval_runs AS r
 LEFT JOIN figures AS f ON f.eval_run_id = r.eval_run_id AND r.complete

@@ -31,7 +31,7 @@ SELECT judge_id, n, agreement, ci_low, ci_high, kappa, calibrated, reason
 FROM judge_calibration WHERE eval_run_id = $run ORDER BY judge_id
 
 -- name: history
-SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest,
+SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest, r.measures_version,
        m.measure AS metric, m.value, m.ci_low, m.ci_high, m.n
 FROM eval_runs AS r
 JOIN retrieval_metrics AS m

@@ -49,16 +49,31 @@ def command_history(args: argparse.Namespace) -> int:
         }
     if not any(rows for rows in histories.values()):
         raise ConfigError(f"no runs with {args.metric} in {warehouse.path}")
-    print(f"{args.metric} by night (* baseline, R re-baseline run, | corpus changed)")
+    print(
+        f"{args.metric} by night (* baseline, R re-baseline run, "
+        "| corpus or measure definitions changed: not comparable across)"
+    )
     for suite, rows in histories.items():
         if not rows:
             continue
         print(f"suite {suite}:")
-        previous = None
-        for night, run_id, snapshot, digest, is_baseline, rebaseline_for, status, *figure in rows:
+        previous = measured = None
+        for (
+            night,
+            run_id,
+            snapshot,
+            digest,
+            measures,
+            is_baseline,
+            rebaseline_for,
+            status,
+            *figure,
+        ) in rows:
             if previous is not None and digest != previous:
                 print(f"  | corpus changed: {previous[:12]} -> {digest[:12]} (snapshot {snapshot})")
-            previous = digest
+            if measured is not None and measures != measured:
+                print(f"  | measure definitions changed: {measured} -> {measures}")
+            previous, measured = digest, measures
             mark = "R" if rebaseline_for else ("*" if is_baseline else " ")
             value, low, high, n = figure
             if status != "complete":
@@ -135,7 +150,7 @@ def add_commands(commands) -> None:
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(handler=command_summary)
 
-    history = commands.add_parser("history", help="a metric over nights, corpus changes marked")
+    history = commands.add_parser("history", help="a metric over nights, corpus and measure-definition changes marked")
     history.add_argument("--metric", default="Success@5", help="e.g. Success@5, faithfulness")
     history.add_argument("--suite", help="default: every suite, each on its own")
     history.set_defaults(handler=command_history)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
+from rag_eval_pipeline.lib.runs.record import UNRECORDED
 
 WIDTH_PX = 800
 HEIGHT_PX = 450
@@ -253,6 +254,27 @@ def corpus_changes(history: pl.DataFrame) -> list[int]:
     return [i for i in range(1, len(digests)) if digests[i] != digests[i - 1]]
 
 
+def comparison_breaks(history: pl.DataFrame) -> dict[int, list[str]]:
+    """Positions, in night order, of the runs that do not compare with the run before, each
+    with what changed: ``"corpus changed to <8 hex>"`` where the corpus digest changes and
+    ``"definitions changed to <version>"`` where the measure definitions do (a
+    ``measures_version`` column, when ``history`` has one; null is ``unrecorded``)."""
+    breaks: dict[int, list[str]] = {}
+    if history.height == 0:
+        return breaks
+    ordered = night_order(history)
+    digests = ordered["corpus_digest"].to_list()
+    for position in corpus_changes(ordered):
+        breaks[position] = [f"corpus changed to {digests[position][:8]}"]
+    if "measures_version" in ordered.columns:
+        versions = [v or UNRECORDED for v in ordered["measures_version"].to_list()]
+        for position in range(1, len(versions)):
+            if versions[position] != versions[position - 1]:
+                change = f"definitions changed to {versions[position]}"
+                breaks.setdefault(position, []).append(change)
+    return dict(sorted(breaks.items()))
+
+
 def _night_labels(ordered: pl.DataFrame) -> list[str]:
     dates = [str(d) for d in ordered["partition_date"].to_list()]
     repeated = {d for d in dates if dates.count(d) > 1}
@@ -264,8 +286,9 @@ def _night_labels(ordered: pl.DataFrame) -> list[str]:
 
 def metric_trend_figure(history: pl.DataFrame, metric: str) -> Figure:
     """``metric`` night by night: a point per evaluation run with its 95% interval, joined by a
-    line only while the corpus digest stays the same; a dashed vertical line labelled with the
-    first 8 characters of the new digest wherever it changes from one run to the next.
+    line only while the runs compare (``comparison_breaks``: the same corpus digest and measure
+    definitions); a dashed vertical line labelled with what changed (the first 8 characters of
+    the new digest, the new definitions' version) wherever that changes from one run to the next.
     ``history`` may hold several metrics in a ``metric`` column; only ``metric`` is drawn."""
     title = f"{metric} night by night"
     problem = _problem(history, TREND_COLUMNS)
@@ -282,8 +305,8 @@ def metric_trend_figure(history: pl.DataFrame, metric: str) -> Figure:
     values = ordered["value"].to_list()
     lows = [lo if _finite(lo) else v for lo, v in zip(ordered["ci_low"], values, strict=True)]
     highs = [hi if _finite(hi) else v for hi, v in zip(ordered["ci_high"], values, strict=True)]
-    digests = ordered["corpus_digest"].to_list()
-    changes = corpus_changes(ordered)
+    breaks = comparison_breaks(ordered)
+    changes = list(breaks)
     with _style():
         figure, axes = _new_figure()
         for start, stop in zip([0, *changes], [*changes, len(values)], strict=True):
@@ -314,7 +337,7 @@ def metric_trend_figure(history: pl.DataFrame, metric: str) -> Figure:
         for change in changes:
             axes.axvline(change - 0.5, color=GREY, linestyle="--", linewidth=1.2)
             axes.annotate(
-                f"corpus changed\nto {digests[change][:8]}",
+                "\n".join(label.replace(" to ", "\nto ") for label in breaks[change]),
                 xy=(change - 0.5, 0.98),
                 xycoords=axes.get_xaxis_transform(),
                 xytext=(5, 0),

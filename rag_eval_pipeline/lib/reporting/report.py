@@ -58,6 +58,7 @@ HISTORY_SCHEMA = {
     "eval_run_id": pl.String,
     "snapshot_id": pl.String,
     "corpus_digest": pl.String,
+    "measures_version": pl.String,
     "metric": pl.String,
     "value": pl.Float64,
     "ci_low": pl.Float64,
@@ -417,19 +418,18 @@ def _history_html(data: Mapping, png: bytes) -> str:
     for row in history:
         entry = runs.setdefault(row["eval_run_id"], {**row})
         entry[row["metric"]] = row
+    columns = ("partition_date", "corpus_digest", "measures_version")
     frame = pl.DataFrame(
-        [
-            {"partition_date": r["partition_date"], "corpus_digest": r["corpus_digest"]}
-            for r in runs.values()
-        ],
-        schema={"partition_date": pl.String, "corpus_digest": pl.String},
+        [{name: r.get(name) for name in columns} for r in runs.values()],
+        schema=dict.fromkeys(columns, pl.String),
     )
-    changed = set(charts.corpus_changes(frame))
+    breaks = charts.comparison_breaks(frame)
     body = []
     for position, (eval_run, entry) in enumerate(runs.items()):
         note = ["this run"] if eval_run == run_id else []
-        if position in changed:
-            note.append("corpus changed: not comparable with the row above")
+        if position in breaks:
+            changes = " and ".join(change.split(" to ")[0] for change in breaks[position])
+            note.append(f"{changes}: not comparable with the row above")
         cells: list[object] = [
             entry["partition_date"],
             eval_run,
