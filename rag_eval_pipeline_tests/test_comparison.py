@@ -24,6 +24,7 @@ from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_TAG,
     REQUESTED_BY_TAG,
 )
+from rag_eval_pipeline.lib.store.sql import sql_statements
 from rag_eval_pipeline.testing import materialize_suite, names
 
 from .conftest import FIXTURE_GATES, SUITE, fixture_assets, fixture_resources
@@ -382,6 +383,28 @@ def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebase
         and "differ from unrecorded (baseline 2026-10-15-" in tick.skip_message
     )
     assert "rag-eval rebaseline --partition 2026-10-16" in tick.skip_message
+    # Materialized by hand, the comparison is blocked, its check naming both definitions.
+    blocked = nights.compare("2026-10-16")
+    assert not blocked.success
+    [check] = [
+        e
+        for e in blocked.get_asset_check_evaluations()
+        if e.check_name == "comparable_with_baseline"
+    ]
+    versions = {k: check.metadata[k].value for k in check.metadata if "measures_version" in k}
+    assert versions == {
+        "candidate_measures_version": MEASURES_VERSION,
+        "baseline_measures_version": "unrecorded",
+    }
+    # rag-eval compare of the two names both as runs and advises no re-baseline.
+    monkeypatch.setenv("RAG_EVAL_WAREHOUSE", str(nights.warehouse))
+    (old,), (new,) = nights.query("SELECT eval_run_id FROM eval_runs ORDER BY partition_date")
+    capsys.readouterr()
+    assert main(["compare", new, old]) == 1
+    assert capsys.readouterr().out == (
+        f"{new} against {old}: not comparable: measure definitions {MEASURES_VERSION} "
+        f"(run {new}) differ from unrecorded (run {old})\n"
+    )
     reason = "measure definitions of " + MEASURES_VERSION
     nights.run("2026-10-16", tags={REBASELINE_TAG: "true", REBASELINE_REASON_TAG: reason})
     [request] = nights.tick().run_requests
@@ -408,10 +431,31 @@ def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebase
     assert f": measure definitions {MEASURES_VERSION} (run 2026-10-16-" in why
     assert "differ from unrecorded (baseline 2026-10-15-" in why and "corpus" not in why
     # rag-eval history marks where the definitions changed, as it marks a corpus change.
-    monkeypatch.setenv("RAG_EVAL_WAREHOUSE", str(nights.warehouse))
+    capsys.readouterr()
     assert main(["history", "--metric", "Success@5"]) == 0
     shown = capsys.readouterr().out.splitlines()
     [mark] = [i for i, line in enumerate(shown) if "| measure definitions changed" in line]
     assert shown[mark] == f"  | measure definitions changed: unrecorded -> {MEASURES_VERSION}"
     assert "2026-10-15" in shown[mark - 1]
     assert "2026-10-16" in shown[mark + 1] and not any("corpus changed" in s for s in shown)
+
+
+def test_history_and_summary_read_a_warehouse_not_yet_upgraded(nights, monkeypatch, capsys):
+    """After upgrading the code, read-only commands meet the warehouse as the earlier code
+    left it (a publish upgrades it, a read does not): no ``measures_version`` column. They
+    read it, showing the definitions as unrecorded, rather than fail on the missing column."""
+    nights.run("2026-10-15")
+    nights.run("2026-10-16")
+    with duckdb.connect(str(nights.warehouse)) as connection:
+        connection.execute("DROP VIEW eval_runs")
+        connection.execute("ALTER TABLE eval_run_records DROP COLUMN measures_version")
+        for statement in sql_statements("views"):
+            connection.execute(statement)
+    monkeypatch.setenv("RAG_EVAL_WAREHOUSE", str(nights.warehouse))
+    capsys.readouterr()
+    assert main(["history", "--metric", "Success@5"]) == 0
+    shown = capsys.readouterr().out
+    assert "2026-10-15" in shown and "2026-10-16" in shown
+    assert "changed" not in shown.split("\n", 1)[1]
+    assert main(["summary"]) == 0
+    assert "\n  measures          unrecorded\n" in capsys.readouterr().out

@@ -516,7 +516,13 @@ def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_fi
         with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as unseen:
             assert not unseen.success
             blind = gate_check(unseen)
+            unknown = [
+                c for c in unseen.get_asset_check_evaluations() if c.check_name == "published"
+            ]
         assert not warehouse.exists()
+    # Whether the night was published cannot be seen from here: not "not published".
+    assert len(unknown) == 4 and not any(c.passed for c in unknown)
+    assert {c.metadata["status"].value for c in unknown} == {"unknown"}
     assert blind.severity == dg.AssetCheckSeverity.ERROR
     assert blind.description.startswith(
         f"gate recall_at_1 not assessed: no warehouse at {warehouse}"
@@ -532,8 +538,9 @@ def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_fi
 def test_a_table_re_materialized_after_the_summary_is_not_published(library, tmp_path):
     """A finished night, then a re-execution of ``retrieval_metrics`` and the release checks
     alone: the table's new materialization came after the summary that published the night,
-    so its ``published`` check warns and says to materialize eval_summary again; the tables
-    the re-execution did not touch are still the published ones."""
+    so its ``published`` check warns and says to re-execute the summary; the tables the
+    re-execution did not touch are still the published ones. Doing what it says (a
+    re-execution of that run's summary and checks) publishes the table again."""
     warehouse = tmp_path / "w" / "rag_eval.duckdb"
     key = partition_key(NIGHT, SUITE)
     tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
@@ -559,12 +566,22 @@ def test_a_table_re_materialized_after_the_summary_is_not_published(library, tmp
                 for c in again.get_asset_check_evaluations()
                 if c.check_name == "published"
             }
+        options = dg.ReexecutionOptions(
+            parent_run_id=again.run_id, step_selection=["eval_summary", "release_checks"]
+        )
+        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as advised:
+            assert advised.success
+            republished = [
+                c for c in advised.get_asset_check_evaluations() if c.check_name == "published"
+            ]
+    assert len(republished) == 4 and all(c.passed for c in republished)
     assert steps == {"retrieval_metrics", "release_checks"}
     stale = published.pop("retrieval_metrics")
     assert (stale.passed, stale.severity) == (False, dg.AssetCheckSeverity.WARN)
     assert stale.description == (
         f"retrieval_metrics was materialized after eval_summary published {eval_run_id}: "
-        "these figures were not published; materialize eval_summary again"
+        "these figures were not published; re-execute eval_summary and release_checks "
+        "from this Dagster run, or materialize the night again"
     )
     assert stale.metadata["status"].value == "not published"
     assert sorted(published) == ["claim_diagnostics", "generation_metrics", "judge_calibration"]

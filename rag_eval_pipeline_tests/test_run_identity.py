@@ -10,7 +10,11 @@ import dagster as dg
 import duckdb
 import pytest
 
-from rag_eval_pipeline.defs.release_checks import PUBLISHED_ASSETS
+from rag_eval_pipeline.defs.release_checks import (
+    PUBLISHED_ASSETS,
+    Materialized,
+    unpublished_reason,
+)
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.lib.runs.record import (
@@ -207,7 +211,9 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
         [materialization] = result.asset_materializations_for_node(asset)
         metadata = {key: getattr(v, "value", v) for key, v in materialization.metadata.items()}
         assert tuple(metadata[key] for key in keys) == record, asset
-        assert metadata["published"].startswith("by eval_summary of this Dagster run")
+        assert metadata["published"].startswith(
+            "by eval_summary after this step, in this Dagster run or a re-execution"
+        )
     [summary] = result.asset_materializations_for_node("eval_summary")
     assert summary.metadata["measures_version"].value == MEASURES_VERSION
     assert f"  measures          {MEASURES_VERSION}\n" in summary.metadata["summary"].value
@@ -367,3 +373,34 @@ def test_an_earlier_warehouse_gains_the_measures_version_column(tmp_path):
     columns = {row[0] for row in connection.sql("DESCRIBE eval_runs").fetchall()}
     assert "measures_version" in columns
     connection.close()
+
+
+@pytest.mark.parametrize(
+    ("summary", "table", "reason"),
+    [
+        # The summary after the table in the same run, or in a re-execution of the table's run
+        # (directly or further down the chain): published.
+        ((0, 9, "night-a"), (0, 5, "night-a"), ""),
+        ((0, 2, "night-a"), (1, 7, "night-a"), ""),
+        ((1, 2, "night-a"), (2, 7, "night-a"), ""),
+        # The table again after the summary: in the same run, or in a later re-execution.
+        ((0, 5, "night-a"), (0, 9, "night-a"), "materialized after eval_summary published"),
+        ((2, 9, "night-a"), (0, 1, "night-a"), "materialized after eval_summary published"),
+        # The summary published another evaluation run than the one the table holds.
+        ((0, 9, "night-a"), (0, 5, "night-b"), "holds evaluation run night-b, and eval_summary"),
+        ((0, 9, "night-a"), (0, 5, ""), "holds evaluation run (none named), and"),
+        # Nothing to compare with.
+        (None, (0, 5, "night-a"), "eval_summary did not run in this Dagster run"),
+        ((0, 9, ""), (0, 5, "night-a"), "eval_summary did not run in this Dagster run"),
+        ((0, 9, "night-a"), None, "retrieval_metrics was not materialized in this Dagster run"),
+    ],
+)
+def test_a_table_is_published_only_by_a_summary_after_it_of_its_evaluation_run(
+    summary, table, reason
+):
+    """``release_checks.unpublished_reason`` on hand-made positions in a re-execution chain
+    (``depth`` 0 is the run evaluating the check, 1 the run it re-executes, ...)."""
+    summary = Materialized(*summary) if summary else None
+    table = Materialized(*table) if table else None
+    found = unpublished_reason("retrieval_metrics", summary, table)
+    assert (found == "") if not reason else (reason in found), found

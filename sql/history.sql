@@ -1,5 +1,7 @@
 -- A metric night by night for one suite (rag-eval history). Incomplete runs are listed with no
--- figure. Parameters: $metric, $suite.
+-- figure. Every column of eval_runs is selected, as a warehouse not yet upgraded by a publish
+-- (read-only sessions do not upgrade it) may lack the newest (measures_version). Parameters:
+-- $metric, $suite.
 
 -- name: metric_by_night
 WITH figures AS (
@@ -11,9 +13,7 @@ WITH figures AS (
     FROM generation_metrics
     WHERE scope = 'overall' AND scope_value = 'answerable' AND metric = $metric
 )
-SELECT r.partition_date, r.eval_run_id, r.snapshot_id, r.corpus_digest,
-       coalesce(r.measures_version, 'unrecorded') AS measures_version, r.is_baseline,
-       r.rebaseline_for, r.status, f.value, f.ci_low, f.ci_high, f.n
+SELECT r.*, f.value, f.ci_low, f.ci_high, f.n
 FROM eval_runs AS r
 LEFT JOIN figures AS f ON f.eval_run_id = r.eval_run_id AND r.complete
 WHERE r.suite = $suite AND (f.eval_run_id IS NOT NULL OR NOT r.complete)

@@ -33,6 +33,8 @@ def command_summary(args: argparse.Namespace) -> int:
 
 
 def command_history(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib.runs.record import measures_of
+
     warehouse = project.existing_warehouse()
     with warehouse.reading() as connection:
         suites = (
@@ -40,13 +42,16 @@ def command_history(args: argparse.Namespace) -> int:
             if args.suite
             else [row[0] for row in connection.sql(sql_query("history", "suites")).fetchall()]
         )
-        histories = {
-            suite: connection.sql(
+        histories = {}
+        for suite in suites:
+            night_rows = connection.sql(
                 sql_query("history", "metric_by_night"),
                 params={"metric": args.metric, "suite": suite},
-            ).fetchall()
-            for suite in suites
-        }
+            )
+            columns = night_rows.columns
+            histories[suite] = [
+                dict(zip(columns, row, strict=True)) for row in night_rows.fetchall()
+            ]
     if not any(rows for rows in histories.values()):
         raise ConfigError(f"no runs with {args.metric} in {warehouse.path}")
     print(
@@ -58,30 +63,25 @@ def command_history(args: argparse.Namespace) -> int:
             continue
         print(f"suite {suite}:")
         previous = measured = None
-        for (
-            night,
-            run_id,
-            snapshot,
-            digest,
-            measures,
-            is_baseline,
-            rebaseline_for,
-            status,
-            *figure,
-        ) in rows:
+        for row in rows:
+            run_id, digest, measures = row["eval_run_id"], row["corpus_digest"], measures_of(row)
             if previous is not None and digest != previous:
-                print(f"  | corpus changed: {previous[:12]} -> {digest[:12]} (snapshot {snapshot})")
+                print(
+                    f"  | corpus changed: {previous[:12]} -> {digest[:12]} "
+                    f"(snapshot {row['snapshot_id']})"
+                )
             if measured is not None and measures != measured:
                 print(f"  | measure definitions changed: {measured} -> {measures}")
             previous, measured = digest, measures
-            mark = "R" if rebaseline_for else ("*" if is_baseline else " ")
-            value, low, high, n = figure
-            if status != "complete":
+            mark = "R" if row["rebaseline_for"] else ("*" if row["is_baseline"] else " ")
+            night, value, low, n = row["partition_date"], row["value"], row["ci_low"], row["n"]
+            if row["status"] != "complete":
                 print(
-                    f"{mark} {night}  incomplete ({status}){'':<14} {run_id}  corpus {digest[:12]}"
+                    f"{mark} {night}  incomplete ({row['status']}){'':<14} {run_id}  "
+                    f"corpus {digest[:12]}"
                 )
                 continue
-            interval = f"[{low:.3f}, {high:.3f}]" if low is not None else ""
+            interval = f"[{low:.3f}, {row['ci_high']:.3f}]" if low is not None else ""
             shown = f"{value:.4f}" if value is not None else "not measured"
             print(f"{mark} {night}  {shown} {interval:<16} n={n:<4} {run_id}  corpus {digest[:12]}")
     return 0
@@ -150,7 +150,9 @@ def add_commands(commands) -> None:
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(handler=command_summary)
 
-    history = commands.add_parser("history", help="a metric over nights, corpus and measure-definition changes marked")
+    history = commands.add_parser(
+        "history", help="a metric over nights, corpus and measure-definition changes marked"
+    )
     history.add_argument("--metric", default="Success@5", help="e.g. Success@5, faithfulness")
     history.add_argument("--suite", help="default: every suite, each on its own")
     history.set_defaults(handler=command_history)

@@ -19,7 +19,7 @@ WEBHOOK_VARIABLE = "RAG_EVAL_ALERT_WEBHOOK"
 def failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, str]]:
     """``(check name, description)`` of the run's failed ERROR checks."""
     records = instance.get_records_for_run(
-        run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION, limit=1000
+        run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
     ).records
     failed = []
     for record in records:

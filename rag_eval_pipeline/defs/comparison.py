@@ -18,6 +18,7 @@ from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource
 from rag_eval_pipeline.lib.errors import RagEvalError
 from rag_eval_pipeline.lib.runs.comparisons import compare_with_baseline
 from rag_eval_pipeline.lib.runs.gates import REGRESSION_GATE, GateSet
+from rag_eval_pipeline.lib.runs.record import measures_of
 from rag_eval_pipeline.lib.runs.registry import latest_complete_of_partition
 
 CANDIDATE_TAG = "rag_eval/candidate_run"
@@ -100,6 +101,8 @@ def comparison_metadata(comparison, candidate_id: str, dagster_run_id: str) -> d
         "baseline_run_id": comparison.baseline_run_id,
         "candidate_corpus_digest": comparison.candidate["corpus_digest"],
         "baseline_corpus_digest": baseline["corpus_digest"],
+        "candidate_measures_version": measures_of(comparison.candidate),
+        "baseline_measures_version": measures_of(baseline),
         "comparable": comparison.comparable,
         "reason": comparison.reason,
         "dagster_run": run_link(dagster_run_id),
@@ -110,8 +113,9 @@ def comparison_metadata(comparison, candidate_id: str, dagster_run_id: str) -> d
 
 
 def comparison_checks(comparison, alpha: float):
-    """The two blocking checks: comparable digests, and no significant regression (not assessed,
-    a warning, when the runs are not comparable)."""
+    """The two blocking checks: comparable runs (the same corpus and golden-set digests and
+    measure definitions), and no significant regression (not assessed, a warning, when the runs
+    are not comparable)."""
     baseline = comparison.baseline or comparison.candidate
     worse = comparison.regressions(alpha)
     yield dg.AssetCheckResult(
@@ -124,6 +128,8 @@ def comparison_checks(comparison, alpha: float):
             "baseline_corpus_digest": baseline["corpus_digest"],
             "candidate_golden_digest": comparison.candidate["golden_digest"],
             "baseline_golden_digest": baseline["golden_digest"],
+            "candidate_measures_version": measures_of(comparison.candidate),
+            "baseline_measures_version": measures_of(baseline),
             "reason": comparison.reason,
         },
     )

@@ -42,6 +42,7 @@ def guard_facts(finished: Finished) -> dict:
         "baseline_run_id": baseline["eval_run_id"] if baseline else "",
         "baseline_corpus_digest": baseline["corpus_digest"] if baseline else "",
         "baseline_golden_digest": baseline["golden_digest"] if baseline else "",
+        "baseline_measures_version": measures_of(baseline) if baseline else "",
         "baseline_system_id": baseline["system_id"] if baseline else "",
         "baseline_system_config": baseline["system_config"] if baseline else "{}",
         "comparable_with_baseline": settled.comparable,

@@ -81,7 +81,8 @@ def provenance(record) -> dict:
         "settings_digest": record.settings.digest,
         "measures_version": record.measures_version,
         "published": dg.MetadataValue.text(
-            "by eval_summary of this Dagster run: until it completes, these figures are staged, "
+            "by eval_summary after this step, in this Dagster run or a re-execution of it: until "
+            "it completes, these figures are staged, "
             "not a finished night (this asset's published check says which, as does "
             "eval_runs.status)"
         ),

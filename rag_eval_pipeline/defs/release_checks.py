@@ -4,7 +4,8 @@ Dagster records a materialization when its step ends, so the metric tables of a 
 interrupted before ``eval_summary`` published it still read "Materialized" in the UI. Every
 metric table therefore carries a ``published`` check, evaluated in one step after the
 summary: it passes when ``eval_summary`` ran after the table's materialization, in the same
-Dagster run (or, for a table this run did not materialize, in the run it re-executes), published
+Dagster run (or, for a table this run did not materialize, in a run it re-executes, directly or
+through earlier re-executions), published
 the evaluation run that materialization names, and the warehouse holds its record complete. A
 table re-materialized in a re-execution that did not run the summary again, or for another
 evaluation run (a setting changed), is not published. A night that stopped
@@ -44,10 +45,11 @@ PUBLISHED_ASSETS = (
     "claim_diagnostics",
 )
 PUBLISHED_DESCRIPTION = (
-    "The night this materialization belongs to was published: eval_summary of the same Dagster "
-    "run (or of the run it re-executes) wrote every table into the warehouse and completed the "
-    "run's eval_runs record. Not executed means the run stopped before that; its figures are "
-    "not a finished night's."
+    "The night this materialization belongs to was published: eval_summary ran after it, in the "
+    "same Dagster run (or, for a table not materialized again, in the run it re-executes), "
+    "for the same evaluation run, wrote every table into the warehouse and completed the run's "
+    "eval_runs record. Not executed means the run stopped before that; its figures are not a "
+    "finished night's."
 )
 
 
@@ -128,10 +130,11 @@ def materialized_in_chain(
     depth = 0
     while dagster_run_id and dagster_run_id not in seen and wanted - found.keys():
         seen.add(dagster_run_id)
+        # Newest first, and every one of them (a limit would keep the oldest).
         records = instance.get_records_for_run(
-            dagster_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000
+            dagster_run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, ascending=False
         ).records
-        for record in reversed(records):
+        for record in records:
             materialization = record.event_log_entry.asset_materialization
             if materialization is None or materialization.asset_key not in wanted:
                 continue
@@ -164,7 +167,8 @@ def unpublished_reason(asset: str, summary: Materialized | None, table: Material
     if not after:
         return (
             f"{asset} was materialized after eval_summary published {summary.eval_run_id}: "
-            "these figures were not published; materialize eval_summary again"
+            "these figures were not published; re-execute eval_summary and release_checks "
+            "from this Dagster run, or materialize the night again"
         )
     if table.eval_run_id != summary.eval_run_id:
         return (
@@ -175,13 +179,18 @@ def unpublished_reason(asset: str, summary: Materialized | None, table: Material
 
 
 def published_check(
-    asset: str, eval_run_id: str, run: Mapping | None, missing: str = ""
+    asset: str,
+    eval_run_id: str,
+    run: Mapping | None,
+    missing: str = "",
+    status: str = "not published",
 ) -> dg.AssetCheckResult:
     """``published`` on ``asset``: passes when the summary published ``eval_run_id`` after the
     asset's materialization (``unpublished_reason``) and its record is complete in the
     warehouse; WARN otherwise (the asset is not wrong, it is not part of a finished night:
     materialized by hand without the summary, after it, or the record names the run failed).
-    ``missing`` says why there was nothing to look up."""
+    ``missing`` says why there was nothing to look up, and ``status`` what that means (``unknown``
+    when this step could not see the warehouse)."""
     complete = bool(eval_run_id and not missing and run and run["complete"])
     completed_at = f"{run['completed_at']:%Y-%m-%d %H:%M:%S}" if complete else ""
     if complete:
@@ -201,7 +210,7 @@ def published_check(
         description=description,
         metadata={
             "eval_run_id": eval_run_id,
-            "status": run["status"] if run and not missing else "not published",
+            "status": run["status"] if run and not missing else status,
             "completed_at": completed_at,
         },
     )
@@ -250,10 +259,11 @@ def build_release_checks(
         summary = chain.get(SUMMARY)
         eval_run_id = summary.eval_run_id if summary else ""
         warehouse = warehouse_db.warehouse()
-        missing, run, recorded = "", None, {}
+        missing, unseen, run, recorded = "", False, None, {}
         if not eval_run_id:
             missing = unpublished_reason("eval_summary", None, None)
         elif not warehouse.exists():
+            unseen = True
             missing = (
                 f"no warehouse at {warehouse.path}: this step must see the warehouse "
                 f"eval_summary published {eval_run_id} into"
@@ -270,7 +280,8 @@ def build_release_checks(
                 why_not = missing or unpublished_reason(
                     asset, summary, chain.get(dg.AssetKey(asset))
                 )
-                yield published_check(asset, eval_run_id, run, why_not)
+                status = "unknown" if unseen else "not published"
+                yield published_check(asset, eval_run_id, run, why_not, status)
         for gate in metric_gates:
             if ("eval_summary", gate_check_name(gate.name)) not in selected:
                 continue
