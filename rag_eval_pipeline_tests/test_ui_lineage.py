@@ -127,6 +127,7 @@ PUBLISHED_QUERY = """
 query Published($path: [String!]!) {
   assetCheckExecutions(assetKey: {path: $path}, checkName: "published", limit: 10) {
     status
+    partition
     evaluation { success description }
     run { status tags { key value } }
   }
@@ -318,12 +319,14 @@ def test_graphql_lineage_and_metadata(webserver: str) -> None:
 
 
 def _published_by_night(base_url: str, asset: str) -> dict[str, tuple[str, str]]:
-    """``published`` executions of ``asset`` by night: (the run's status, the check's)."""
+    """``published`` executions of ``asset`` by night: (the run's status, the check's). The
+    check is partitioned as the asset is: each execution belongs to its run's partition."""
     executions = _graphql(base_url, PUBLISHED_QUERY, path=[asset])["assetCheckExecutions"]
     by_night = {}
     for execution in executions:
         tags = {tag["key"]: tag["value"] for tag in execution["run"]["tags"]}
-        night = tags["dagster/partition"].split("|")[0]
+        assert execution["partition"] == tags["dagster/partition"]
+        night = execution["partition"].split("|")[0]
         by_night[night] = (execution["run"]["status"], execution["status"])
     return by_night
 
@@ -444,3 +447,11 @@ def test_browser_views(webserver: str, page) -> None:
     page.get_by_text("Execution failed", exact=True).first.wait_for(state="visible")
     page.get_by_text("Passed", exact=True).first.wait_for(state="visible")
     _shoot(page, "checks_retrieval_metrics_published")
+    # The check is partitioned as the table is: a row per night, the interrupted one not
+    # published.
+    page.get_by_text("Partition", exact=True).first.wait_for(state="visible")
+    page.get_by_text("Partitions", exact=True).last.click()
+    for status in ("Execution Failed (1)", "Passed (1)"):
+        page.get_by_text(status, exact=True).first.wait_for(state="visible")
+    page.get_by_text("procedures", exact=True).first.wait_for(state="visible")
+    _shoot(page, "checks_retrieval_metrics_published_partitions")

@@ -63,11 +63,14 @@ def build_evaluation_assets(
 
 
 def build_evaluation_checks(
-    gates: GateSet, writer_tags: Mapping[str, str] | None = None
+    partitions: dg.PartitionsDefinition,
+    gates: GateSet,
+    writer_tags: Mapping[str, str] | None = None,
 ) -> list[dg.AssetChecksDefinition]:
-    """The step after the summary: ``published`` on every metric table, and the release gates (it
-    reads the warehouse, so it runs where the summary does: ``writer_tags``)."""
-    return [build_release_checks(gates, writer_tags)]
+    """The step after the summary: ``published`` on every metric table, and the release gates,
+    each evaluated per partition (it reads the warehouse, so it runs where the summary does:
+    ``writer_tags``)."""
+    return [build_release_checks(partitions, gates, writer_tags)]
 
 
 def build_resources(deployment: Deployment) -> dict:
@@ -115,7 +118,7 @@ def build_definitions(
             *build_evaluation_assets(partitions, gates, writer_tags),
             build_run_comparison(partitions, gates),
         ],
-        asset_checks=build_evaluation_checks(gates, writer_tags),
+        asset_checks=build_evaluation_checks(partitions, gates, writer_tags),
         jobs=[nightly_eval, rebaseline, run_comparison_job],
         schedules=[build_nightly_schedule(nightly_eval, deployment.timezone, deployment.suites)],
         sensors=[

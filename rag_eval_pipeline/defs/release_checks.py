@@ -23,6 +23,7 @@ now (file, version, operator, threshold); a gate checked against another file, o
 fails saying to materialize ``eval_summary`` again.
 """
 
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -217,17 +218,30 @@ def published_check(
 
 
 def build_release_checks(
-    gates: GateSet, writer_tags: Mapping[str, str] | None = None
+    partitions: dg.PartitionsDefinition,
+    gates: GateSet,
+    writer_tags: Mapping[str, str] | None = None,
 ) -> dg.AssetChecksDefinition:
     """One step after ``eval_summary``: ``published`` on every metric table, then the
-    release gates. It reads the warehouse, so it runs where the summary does (``writer_tags``)."""
-    metric_gates = gates.metric_gates
-    specs = [
+    release gates. It reads the warehouse, so it runs where the summary does (``writer_tags``).
+
+    The checks are partitioned as the assets are (night x suite), so each night's page shows
+    whether that night was published, not the newest evaluation of any night. (Partitioned
+    checks are a Dagster preview; its warning is silenced here, where they are defined.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        specs = _specs(partitions, gates)
+    return _release_checks(specs, gates, writer_tags)
+
+
+def _specs(partitions: dg.PartitionsDefinition, gates: GateSet) -> list[dg.AssetCheckSpec]:
+    return [
         dg.AssetCheckSpec(
             PUBLISHED_CHECK,
             asset=asset,
             additional_deps=["eval_summary"],
             description=PUBLISHED_DESCRIPTION,
+            partitions_def=partitions,
         )
         for asset in PUBLISHED_ASSETS
     ] + [
@@ -236,9 +250,16 @@ def build_release_checks(
             asset="eval_summary",
             description=describe(gate),
             blocking=True,
+            partitions_def=partitions,
         )
-        for gate in metric_gates
+        for gate in gates.metric_gates
     ]
+
+
+def _release_checks(
+    specs: list[dg.AssetCheckSpec], gates: GateSet, writer_tags: Mapping[str, str] | None
+) -> dg.AssetChecksDefinition:
+    metric_gates = gates.metric_gates
 
     @dg.multi_asset_check(
         name="release_checks",

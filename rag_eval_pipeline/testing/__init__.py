@@ -83,7 +83,7 @@ def evaluation_assets(gates_file: Path = DEFAULT_GATES, *, timezone: str = "UTC"
     gates = read_gates(gates_file)
     return [
         *build_evaluation_assets(partitions, gates),
-        *build_evaluation_checks(gates),
+        *build_evaluation_checks(partitions, gates),
         build_run_comparison(partitions, gates),
     ]
 
