@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -344,6 +346,22 @@ def test_two_celery_workers_on_a_generated_20000_document_suite(generated_suites
     assert warehouse_differences(reference, warehouse) == []
 
 
+NIGHT_TAGS = {
+    "dagster/partition": partition_key(NIGHT, SUITE),
+    "dagster/partition/night": NIGHT,
+    "dagster/partition/suite": SUITE,
+}
+
+
+@contextmanager
+def _night_instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    """A Dagster instance under ``tmp_path/home`` that knows the fixture suite's partition."""
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
+        yield instance
+
+
 def _flaky_job(
     library,
     warehouse: Path,
@@ -377,13 +395,8 @@ def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_p
     flag.touch()
     warehouse = tmp_path / "sharded" / "rag_eval.duckdb"
     job = _flaky_job(library, warehouse, shards=3, fail_part="shard-0001", fail_while=flag)
-    key = partition_key(NIGHT, SUITE)
-    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
-    tags["dagster/partition/suite"] = SUITE
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
-        with dg.execute_job(job, instance=instance, tags=tags) as failed:
+    with _night_instance(tmp_path) as instance:
+        with dg.execute_job(job, instance=instance, tags=NIGHT_TAGS) as failed:
             assert not failed.success
             failed_steps = {e.step_key for e in failed.all_events if e.is_step_failure}
             assert failed_steps == {"retrieval_run.retrieve_shard[shard_0001]"}
@@ -395,7 +408,7 @@ def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_p
         flag.unlink()
         options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)
         with dg.execute_job(
-            job, instance=instance, tags=tags, reexecution_options=options
+            job, instance=instance, tags=NIGHT_TAGS, reexecution_options=options
         ) as rerun:
             assert rerun.success
             rerun_steps = {e.step_key for e in rerun.all_events if e.is_step_success}
@@ -424,13 +437,8 @@ def test_a_night_begun_with_other_measure_definitions_is_refused_on_re_execution
     flag.touch()
     warehouse = tmp_path / "w" / "rag_eval.duckdb"
     job = _flaky_job(library, warehouse, shards=2, fail_part="shard-0001", fail_while=flag)
-    key = partition_key(NIGHT, SUITE)
-    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
-    tags["dagster/partition/suite"] = SUITE
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
-        with dg.execute_job(job, instance=instance, tags=tags) as failed:
+    with _night_instance(tmp_path) as instance:
+        with dg.execute_job(job, instance=instance, tags=NIGHT_TAGS) as failed:
             assert not failed.success
         plans = sorted(tmp_path.glob(f"**/{failed.run_id}/*plan_retrieval*/**/*"))
         handed = [path for path in plans if path.is_file()]
@@ -442,7 +450,7 @@ def test_a_night_begun_with_other_measure_definitions_is_refused_on_re_execution
         flag.unlink()
         options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)
         with dg.execute_job(
-            job, instance=instance, tags=tags, reexecution_options=options
+            job, instance=instance, tags=NIGHT_TAGS, reexecution_options=options
         ) as rerun:
             assert not rerun.success
             [failure] = [e for e in rerun.all_events if e.is_step_failure]
@@ -470,10 +478,6 @@ def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_fi
     strict.write_text(gate.format(version=1, threshold=1.01))
     relaxed.write_text(gate.format(version=2, threshold=0.1))
     warehouse = tmp_path / "w" / "rag_eval.duckdb"
-    key = partition_key(NIGHT, SUITE)
-    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
-    tags["dagster/partition/suite"] = SUITE
-    (tmp_path / "home").mkdir()
 
     def gate_check(result):
         [check] = [
@@ -481,16 +485,17 @@ def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_fi
         ]
         return check
 
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
-        with dg.execute_job(_flaky_job(library, warehouse, strict), instance, tags=tags) as night:
+    with _night_instance(tmp_path) as instance:
+        with dg.execute_job(
+            _flaky_job(library, warehouse, strict), instance, tags=NIGHT_TAGS
+        ) as night:
             assert not night.success
             failed = {e.step_key for e in night.all_events if e.is_step_failure}
             assert failed == {"release_checks"}
             first = gate_check(night)
         options = dg.ReexecutionOptions.from_failure(night.run_id, instance)
         job = _flaky_job(library, warehouse, strict)
-        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as again:
+        with dg.execute_job(job, instance, tags=NIGHT_TAGS, reexecution_options=options) as again:
             steps = {e.step_key for e in again.all_events if e.is_step_success or e.is_step_failure}
             assert steps == {"release_checks"}
             assert not again.success
@@ -505,7 +510,7 @@ def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_fi
         assert len(published) == 4 and all(c.passed for c in published)
         options = dg.ReexecutionOptions.from_failure(again.run_id, instance)
         job = _flaky_job(library, warehouse, relaxed)
-        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as edited:
+        with dg.execute_job(job, instance, tags=NIGHT_TAGS, reexecution_options=options) as edited:
             assert not edited.success
             stale = gate_check(edited)
         # A step that cannot see the warehouse the summary wrote (a volume not mounted) says
@@ -513,7 +518,7 @@ def test_a_gate_re_executed_alone_is_reported_as_recorded_or_refused_when_the_fi
         warehouse.rename(tmp_path / "moved.duckdb")
         options = dg.ReexecutionOptions.from_failure(edited.run_id, instance)
         job = _flaky_job(library, warehouse, strict)
-        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as unseen:
+        with dg.execute_job(job, instance, tags=NIGHT_TAGS, reexecution_options=options) as unseen:
             assert not unseen.success
             blind = gate_check(unseen)
             unknown = [
@@ -542,13 +547,8 @@ def test_a_table_re_materialized_after_the_summary_is_not_published(library, tmp
     re-execution did not touch are still the published ones. Doing what it says (a
     re-execution of that run's summary and checks) publishes the table again."""
     warehouse = tmp_path / "w" / "rag_eval.duckdb"
-    key = partition_key(NIGHT, SUITE)
-    tags = {"dagster/partition": key, "dagster/partition/night": NIGHT}
-    tags["dagster/partition/suite"] = SUITE
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        instance.add_dynamic_partitions(SUITE_DIMENSION, [SUITE])
-        with dg.execute_job(_flaky_job(library, warehouse), instance, tags=tags) as night:
+    with _night_instance(tmp_path) as instance:
+        with dg.execute_job(_flaky_job(library, warehouse), instance, tags=NIGHT_TAGS) as night:
             assert night.success
             [eval_run_id] = {
                 c.metadata["eval_run_id"].value
@@ -559,7 +559,7 @@ def test_a_table_re_materialized_after_the_summary_is_not_published(library, tmp
             parent_run_id=night.run_id, step_selection=["retrieval_metrics", "release_checks"]
         )
         job = _flaky_job(library, warehouse)
-        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as again:
+        with dg.execute_job(job, instance, tags=NIGHT_TAGS, reexecution_options=options) as again:
             steps = {e.step_key for e in again.all_events if e.is_step_success}
             published = {
                 c.asset_key.path[-1]: c
@@ -569,7 +569,7 @@ def test_a_table_re_materialized_after_the_summary_is_not_published(library, tmp
         options = dg.ReexecutionOptions(
             parent_run_id=again.run_id, step_selection=["eval_summary", "release_checks"]
         )
-        with dg.execute_job(job, instance, tags=tags, reexecution_options=options) as advised:
+        with dg.execute_job(job, instance, tags=NIGHT_TAGS, reexecution_options=options) as advised:
             assert advised.success
             republished = [
                 c for c in advised.get_asset_check_evaluations() if c.check_name == "published"
