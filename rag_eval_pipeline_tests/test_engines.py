@@ -575,6 +575,9 @@ def test_a_table_re_materialized_after_the_summary_is_not_published(library, tmp
                 c for c in advised.get_asset_check_evaluations() if c.check_name == "published"
             ]
     assert len(republished) == 4 and all(c.passed for c in republished)
+    # Each evaluation belongs to the night's partition, re-executed or not.
+    evaluations = [*published.values(), *republished]
+    assert {c.partition for c in evaluations} == {NIGHT_TAGS["dagster/partition"]}
     assert steps == {"retrieval_metrics", "release_checks"}
     stale = published.pop("retrieval_metrics")
     assert (stale.passed, stale.severity) == (False, dg.AssetCheckSeverity.WARN)

@@ -10,11 +10,14 @@ import dagster as dg
 import duckdb
 import pytest
 
+from rag_eval_pipeline.defs import build_definitions
 from rag_eval_pipeline.defs.release_checks import (
+    NO_PARTITION,
     PUBLISHED_ASSETS,
     Materialized,
     unpublished_reason,
 )
+from rag_eval_pipeline.lib.deployment import Deployment
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.lib.runs.record import (
@@ -32,7 +35,14 @@ from rag_eval_pipeline.testing import (
     write_suite_file,
 )
 
-from .conftest import NIGHT, SUITE, fixture_assets, fixture_resources, fixture_suites
+from .conftest import (
+    FIXTURE_GATES,
+    NIGHT,
+    SUITE,
+    fixture_assets,
+    fixture_resources,
+    fixture_suites,
+)
 
 
 def rows(path, query, parameters=None):
@@ -404,3 +414,21 @@ def test_a_table_is_published_only_by_a_summary_after_it_of_its_evaluation_run(
     table = Materialized(*table) if table else None
     found = unpublished_reason("retrieval_metrics", summary, table)
     assert (found == "") if not reason else (reason in found), found
+
+
+def test_the_release_checks_run_alone_without_a_night_say_how_to_run_them(library, tmp_path):
+    """The UI's "Execute all" on a metric table's checks launches them with no partition; the
+    step fails saying the checks are evaluated per night and how to run them again, rather than
+    with Dagster's "Cannot access partition_key for a non-partitioned run"."""
+    defs = build_definitions(
+        Deployment(gates=str(FIXTURE_GATES)), resources=fixture_resources(library, tmp_path / "w")
+    )
+    job = defs.resolve_job_def("nightly_eval").get_subset(
+        asset_selection=set(),
+        asset_check_selection={dg.AssetCheckKey(dg.AssetKey("retrieval_metrics"), "published")},
+    )
+    result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert failure.step_key == "release_checks"
+    assert failure.step_failure_data.user_failure_data.description == NO_PARTITION

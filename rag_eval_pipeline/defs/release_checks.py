@@ -54,6 +54,13 @@ PUBLISHED_DESCRIPTION = (
 )
 
 
+NO_PARTITION = (
+    "the release checks are evaluated per night and suite, after that night's eval_summary: "
+    "re-execute the night's Dagster run (its release_checks step), or materialize the night; "
+    "a run of the checks alone with no partition has nothing to check"
+)
+
+
 def gate_check_name(gate_name: str) -> str:
     return f"gate_{gate_name}"
 
@@ -270,6 +277,9 @@ def _release_checks(
         "release gates it recorded with the run.",
     )
     def release_checks(context: dg.AssetCheckExecutionContext, warehouse_db: WarehouseResource):
+        if not context.has_partition_key:
+            # The UI's "Execute all" on a metric table's checks launches them with no night.
+            raise dg.Failure(description=NO_PARTITION)
         # Materializing some assets by hand selects their checks alone.
         selected = {(key.asset_key.path[-1], key.name) for key in context.selected_asset_check_keys}
         chain = materialized_in_chain(
