@@ -13,7 +13,7 @@ from rag_eval_pipeline.defs.metadata import (
     run_link,
     table_metadata,
 )
-from rag_eval_pipeline.defs.partitions import night_and_suite
+from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource
 from rag_eval_pipeline.lib.errors import RagEvalError
 from rag_eval_pipeline.lib.runs.comparisons import compare_with_baseline
@@ -43,15 +43,18 @@ def build_run_comparison(
         code_version="run-comparison-v2",
         deps=["eval_summary"],
         check_specs=[
-            dg.AssetCheckSpec(
+            nightly_check(
                 "comparable_with_baseline",
                 asset="run_comparison",
+                partitions=partitions,
                 blocking=True,
-                description="The run and its baseline share the corpus and golden-set digests.",
+                description="The run and its baseline share the corpus and golden-set digests "
+                "and the measure definitions.",
             ),
-            dg.AssetCheckSpec(
+            nightly_check(
                 f"gate_{REGRESSION_GATE}",
                 asset="run_comparison",
+                partitions=partitions,
                 blocking=True,
                 description=f"No compared metric significantly worse than the baseline (p < {alpha}).",
             ),

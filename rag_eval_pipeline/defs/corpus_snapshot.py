@@ -6,7 +6,7 @@ import dagster as dg
 import polars as pl
 
 from rag_eval_pipeline.defs.metadata import evaluation_asset, table_metadata
-from rag_eval_pipeline.defs.partitions import night_and_suite
+from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
 from rag_eval_pipeline.lib.inputs.corpus import choose_snapshot
 from rag_eval_pipeline.lib.runs.registry import utc_now
@@ -21,9 +21,10 @@ def build_corpus_snapshot(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         kinds={"parquet", "polars"},
         code_version="corpus-v2",
         check_specs=[
-            dg.AssetCheckSpec(
+            nightly_check(
                 "has_current_passages",
                 asset="corpus_snapshot",
+                partitions=partitions,
                 blocking=True,
                 description="At least one passage of a current document can be retrieved.",
             )

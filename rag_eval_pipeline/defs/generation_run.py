@@ -4,6 +4,7 @@ import dagster as dg
 import polars as pl
 
 from rag_eval_pipeline.defs.metadata import counts, table_metadata
+from rag_eval_pipeline.defs.partitions import nightly_check
 from rag_eval_pipeline.defs.resources import ShardingResource, SystemResource, WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of, run_handle
 from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
@@ -94,9 +95,10 @@ def build_generation_run(partitions: dg.PartitionsDefinition) -> dg.AssetsDefini
             "is still caught."
         ),
         check_specs=[
-            dg.AssetCheckSpec(
+            nightly_check(
                 CITATION_CHECK,
                 asset="generation_run",
+                partitions=partitions,
                 description="Every answer given cites only ids that were in the context sent.",
             )
         ],

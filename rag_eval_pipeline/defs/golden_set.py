@@ -4,7 +4,7 @@ import dagster as dg
 import polars as pl
 
 from rag_eval_pipeline.defs.metadata import evaluation_asset, table_metadata
-from rag_eval_pipeline.defs.partitions import night_and_suite
+from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
 from rag_eval_pipeline.lib.inputs.golden import (
     NO_ANSWER_STRATA,
@@ -25,14 +25,16 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         kinds={"parquet", "polars"},
         code_version="golden-v2",
         check_specs=[
-            dg.AssetCheckSpec(
+            nightly_check(
                 "no_drifted_items",
                 asset="golden_set",
+                partitions=partitions,
                 description="No item's answering passage was superseded or withdrawn since labelling.",
             ),
-            dg.AssetCheckSpec(
+            nightly_check(
                 "no_answer_share",
                 asset="golden_set",
+                partitions=partitions,
                 description="At least a quarter of the items are no-answer items.",
             ),
         ],

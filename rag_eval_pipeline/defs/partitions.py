@@ -6,6 +6,8 @@ nights apart. Suites are dynamic partitions: a new suite file becomes a partitio
 run (``rag-eval nightly --suite``) or scheduled, without reloading the code location.
 """
 
+import warnings
+
 import dagster as dg
 
 from rag_eval_pipeline.lib.errors import ConfigError
@@ -27,6 +29,18 @@ def nightly_partitions(timezone: str) -> dg.MultiPartitionsDefinition:
             SUITE: suite_partitions,
         }
     )
+
+
+def nightly_check(
+    name: str, *, asset: str, partitions: dg.PartitionsDefinition, **options
+) -> dg.AssetCheckSpec:
+    """An asset check partitioned as its asset is (night x suite), so the UI shows each night's
+    result on its own (a check's Partitions tab) rather than the newest of any night.
+    Partitioned checks are a Dagster preview; its warning is silenced here, where they are
+    made."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetCheckSpec(name, asset=asset, partitions_def=partitions, **options)
 
 
 def check_night(night: str, timezone: str, option: str = "--partition") -> str:

@@ -23,12 +23,12 @@ now (file, version, operator, threshold); a gate checked against another file, o
 fails saying to materialize ``eval_summary`` again.
 """
 
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import dagster as dg
 
+from rag_eval_pipeline.defs.partitions import nightly_check
 from rag_eval_pipeline.defs.resources import WarehouseResource
 from rag_eval_pipeline.lib.runs.gates import MISSING, NOT_CALIBRATED, Gate, GateSet, describe
 from rag_eval_pipeline.lib.store.sql import sql_query
@@ -232,32 +232,28 @@ def build_release_checks(
     """One step after ``eval_summary``: ``published`` on every metric table, then the
     release gates. It reads the warehouse, so it runs where the summary does (``writer_tags``).
 
-    The checks are partitioned as the assets are (night x suite), so each night's page shows
-    whether that night was published, not the newest evaluation of any night. (Partitioned
-    checks are a Dagster preview; its warning is silenced here, where they are defined.)"""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        specs = _specs(partitions, gates)
-    return _release_checks(specs, gates, writer_tags)
+    The checks are partitioned as the assets are (night x suite, ``nightly_check``), so each
+    night shows whether it was published, not the newest evaluation of any night."""
+    return _release_checks(_specs(partitions, gates), gates, writer_tags)
 
 
 def _specs(partitions: dg.PartitionsDefinition, gates: GateSet) -> list[dg.AssetCheckSpec]:
     return [
-        dg.AssetCheckSpec(
+        nightly_check(
             PUBLISHED_CHECK,
             asset=asset,
+            partitions=partitions,
             additional_deps=["eval_summary"],
             description=PUBLISHED_DESCRIPTION,
-            partitions_def=partitions,
         )
         for asset in PUBLISHED_ASSETS
     ] + [
-        dg.AssetCheckSpec(
+        nightly_check(
             gate_check_name(gate.name),
             asset="eval_summary",
+            partitions=partitions,
             description=describe(gate),
             blocking=True,
-            partitions_def=partitions,
         )
         for gate in gates.metric_gates
     ]

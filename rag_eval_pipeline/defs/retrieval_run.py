@@ -10,7 +10,7 @@ import dagster as dg
 import polars as pl
 
 from rag_eval_pipeline.defs.metadata import run_link, table_metadata
-from rag_eval_pipeline.defs.partitions import night_and_suite
+from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import (
     EvalSettings,
     JudgeResource,
@@ -206,9 +206,10 @@ def build_retrieval_run(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
             "each passage's version status, and what each call came to to system_calls."
         ),
         check_specs=[
-            dg.AssetCheckSpec(
+            nightly_check(
                 ERROR_BOUND_CHECK,
                 asset="retrieval_run",
+                partitions=partitions,
                 blocking=True,
                 description="At most the system's bound (2% by default) of the items ended in a "
                 "system error (a failed call: neither a refusal nor an answer).",
