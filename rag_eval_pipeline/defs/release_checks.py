@@ -5,13 +5,13 @@ interrupted before ``eval_summary`` published it still read "Materialized" in th
 metric table therefore carries a ``published`` check, evaluated in one step after the
 summary: it passes when ``eval_summary`` ran after the table's materialization, in the same
 Dagster run (or, for a table this run did not materialize, in a run it re-executes, directly or
-through earlier re-executions), published
-the evaluation run that materialization names, and the warehouse holds its record complete. A
-table re-materialized in a re-execution that did not run the summary again, or for another
-evaluation run (a setting changed), is not published. A night that stopped
-before that step shows the check as not executed ("Execution failed" on a failed run), and a
-metric table materialized by hand without the summary as a warning, so their figures never look
-like a finished night's.
+through earlier re-executions), published the evaluation run that materialization names, and
+the warehouse holds its record complete. A table re-materialized in a re-execution that did not
+run the summary again, or for another evaluation run (a setting changed), is not published. A
+night that stopped before that step shows the check as not executed ("Execution failed" on a
+failed run), and a metric table materialized by hand without the summary as a warning, so their
+figures never look like a finished night's. Every check is partitioned as the assets are
+(night x suite), so each night's result stands apart in the UI.
 
 The release gates (``gate_<name>`` on ``eval_summary``) are reported by the same step, from the
 ``gate_results`` rows the summary wrote in the same publish as the tables. They are blocking
@@ -238,6 +238,7 @@ def build_release_checks(
 
 
 def _specs(partitions: dg.PartitionsDefinition, gates: GateSet) -> list[dg.AssetCheckSpec]:
+    """``published`` on every metric table, then one check per release gate on the summary."""
     return [
         nightly_check(
             PUBLISHED_CHECK,
@@ -262,6 +263,7 @@ def _specs(partitions: dg.PartitionsDefinition, gates: GateSet) -> list[dg.Asset
 def _release_checks(
     specs: list[dg.AssetCheckSpec], gates: GateSet, writer_tags: Mapping[str, str] | None
 ) -> dg.AssetChecksDefinition:
+    """The step evaluating ``specs`` (``build_release_checks``)."""
     metric_gates = gates.metric_gates
 
     @dg.multi_asset_check(
