@@ -42,7 +42,7 @@ BIN = Path(sys.executable).parent
 GOALS = {20_000: (20.0, 1024), 100_000: (90.0, 4096)}
 # A step line of ``--timings``: ``  corpus_snapshot  2.66 s`` or, for a graph-backed asset,
 # ``  retrieval_run: retrieve_shard[shard_0000]  121.09 s``.
-STEP = re.compile(r"^\s+(\w+(?:: [\w\[\]]+)?)\s+([0-9.]+) s$")
+STEP = re.compile(r"^\s+(\w+(?:: [\w\[\]]+)?)\s+(?:([0-9.]+) s|(FAILED))$")
 STEP_FAILED = re.compile(r"^step .+ failed:", re.MULTILINE)
 TIMING = re.compile(r"^timing: (.+?) ([0-9.]+) s$")
 
@@ -100,10 +100,16 @@ def steps(stderr: str) -> tuple[dict[str, float], dict[str, float]]:
     found, timings = {}, {}
     for line in stderr.splitlines():
         if match := STEP.match(line):
-            found[match[1]] = float(match[2])
+            # A step that failed (a release gate, which does not stop the bench) has no time.
+            found[match[1]] = float(match[2]) if match[2] else None
         elif match := TIMING.match(line):
             timings[match[1]] = float(match[2])
     return found, timings
+
+
+def _timed(value) -> bool:
+    """A step time, rather than ``None`` (the step failed) or ``"-"`` (it did not run)."""
+    return isinstance(value, float)
 
 
 def night(folder: Path, size: int, scratch: Path, partition: str, env: dict):
@@ -181,7 +187,7 @@ def main() -> None:
             header
             + "".join(f"{'x' + format(b // a, ','):>10}" for a, b in itertools.pairwise(sizes))
         )
-        rows = [(name, [results[s][index][2].get(name, 0.0) for s in sizes]) for name in names]
+        rows = [(name, [results[s][index][2].get(name, "-") for s in sizes]) for name in names]
         rows.append(
             (
                 "imports and defs",
@@ -192,10 +198,11 @@ def main() -> None:
         rows.append(("peak MB", [float(results[s][index][1]) for s in sizes]))
         for name, values in rows:
             growth = [
-                f"{b / a:9.1f}x" if a > 0.05 else f"{'-':>10}"
+                f"{b / a:9.1f}x" if _timed(a) and _timed(b) and a > 0.05 else f"{'-':>10}"
                 for a, b in itertools.pairwise(values)
             ]
-            print(f"{name:<44}" + "".join(f"{v:10.2f}" for v in values) + "".join(growth))
+            shown = [f"{v:10.2f}" if _timed(v) else f"{v or 'failed':>10}" for v in values]
+            print(f"{name:<44}" + "".join(shown) + "".join(growth))
 
     print()
     for size, (seconds_goal, memory_goal) in GOALS.items():
