@@ -34,6 +34,7 @@ def command_summary(args: argparse.Namespace) -> int:
 
 def command_history(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.runs.record import measures_of
+    from rag_eval_pipeline.lib.store.warehouse import read_frame
 
     warehouse = project.existing_warehouse()
     with warehouse.reading() as connection:
@@ -42,16 +43,11 @@ def command_history(args: argparse.Namespace) -> int:
             if args.suite
             else [row[0] for row in connection.sql(sql_query("history", "suites")).fetchall()]
         )
-        histories = {}
-        for suite in suites:
-            night_rows = connection.sql(
-                sql_query("history", "metric_by_night"),
-                params={"metric": args.metric, "suite": suite},
-            )
-            columns = night_rows.columns
-            histories[suite] = [
-                dict(zip(columns, row, strict=True)) for row in night_rows.fetchall()
-            ]
+        query = sql_query("history", "metric_by_night")
+        histories = {
+            suite: read_frame(connection, query, {"metric": args.metric, "suite": suite}).to_dicts()
+            for suite in suites
+        }
     if not any(rows for rows in histories.values()):
         raise ConfigError(f"no runs with {args.metric} in {warehouse.path}")
     print(
