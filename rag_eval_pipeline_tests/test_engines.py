@@ -387,14 +387,21 @@ def _flaky_job(
     )
 
 
+def _failing_shard(library, tmp_path: Path, *, shards: int):
+    """The flag file (shard 1 fails while it exists, which it does), the warehouse, and the
+    job of a night split into ``shards``."""
+    flag = tmp_path / "fail-shard-1"
+    flag.touch()
+    warehouse = tmp_path / "sharded" / "rag_eval.duckdb"
+    job = _flaky_job(library, warehouse, shards=shards, fail_part="shard-0001", fail_while=flag)
+    return flag, warehouse, job
+
+
 def test_a_failed_shard_is_rerun_alone_and_replaces_only_its_part(library, tmp_path):
     """Shard 1 of 3 fails; re-execution from failure runs that shard (and what waits on it)
     only: the other shards' Parquet parts are the same files, and the warehouse is the one a run
     that never failed writes."""
-    flag = tmp_path / "fail-shard-1"
-    flag.touch()
-    warehouse = tmp_path / "sharded" / "rag_eval.duckdb"
-    job = _flaky_job(library, warehouse, shards=3, fail_part="shard-0001", fail_while=flag)
+    flag, warehouse, job = _failing_shard(library, tmp_path, shards=3)
     with _night_instance(tmp_path) as instance:
         with dg.execute_job(job, instance=instance, tags=NIGHT_TAGS) as failed:
             assert not failed.success
@@ -433,10 +440,7 @@ def test_a_night_begun_with_other_measure_definitions_is_refused_on_re_execution
     rewritten as a checkout before measure definitions were versioned wrote them. Re-executed
     from the failure, the shard refuses the record instead of computing today's figures under
     no recorded version, and nothing is published."""
-    flag = tmp_path / "fail-shard"
-    flag.touch()
-    warehouse = tmp_path / "w" / "rag_eval.duckdb"
-    job = _flaky_job(library, warehouse, shards=2, fail_part="shard-0001", fail_while=flag)
+    flag, warehouse, job = _failing_shard(library, tmp_path, shards=2)
     with _night_instance(tmp_path) as instance:
         with dg.execute_job(job, instance=instance, tags=NIGHT_TAGS) as failed:
             assert not failed.success

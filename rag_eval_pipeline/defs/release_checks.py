@@ -54,6 +54,10 @@ PUBLISHED_DESCRIPTION = (
 )
 
 
+NOT_SUMMARIZED = (
+    "eval_summary did not run in this Dagster run (nor in the run it re-executes): "
+    "these figures were not published"
+)
 NO_PARTITION = (
     "the release checks are evaluated per night and suite, after that night's eval_summary: "
     "re-execute the night's Dagster run (its release_checks step), or materialize the night; "
@@ -144,9 +148,7 @@ def materialized_in_chain(
         ).records
         for record in records:
             materialization = record.event_log_entry.asset_materialization
-            if materialization is None or materialization.asset_key not in wanted:
-                continue
-            if materialization.asset_key in found:
+            if materialization is None or materialization.asset_key not in wanted - found.keys():
                 continue
             entry = materialization.metadata.get("eval_run_id")
             found[materialization.asset_key] = Materialized(
@@ -163,10 +165,7 @@ def unpublished_reason(asset: str, summary: Materialized | None, table: Material
     the summary must come after it (in the same Dagster run, or in a re-execution of the run
     that materialized it) and publish the evaluation run it names."""
     if summary is None or not summary.eval_run_id:
-        return (
-            "eval_summary did not run in this Dagster run (nor in the run it re-executes): "
-            "these figures were not published"
-        )
+        return NOT_SUMMARIZED
     if table is None:
         return f"{asset} was not materialized in this Dagster run nor in the run it re-executes"
     after = summary.depth < table.depth or (
@@ -234,12 +233,8 @@ def build_release_checks(
 
     The checks are partitioned as the assets are (night x suite, ``nightly_check``), so each
     night shows whether it was published, not the newest evaluation of any night."""
-    return _release_checks(_specs(partitions, gates), gates, writer_tags)
-
-
-def _specs(partitions: dg.PartitionsDefinition, gates: GateSet) -> list[dg.AssetCheckSpec]:
-    """``published`` on every metric table, then one check per release gate on the summary."""
-    return [
+    metric_gates = gates.metric_gates
+    specs = [
         nightly_check(
             PUBLISHED_CHECK,
             asset=asset,
@@ -256,15 +251,8 @@ def _specs(partitions: dg.PartitionsDefinition, gates: GateSet) -> list[dg.Asset
             description=describe(gate),
             blocking=True,
         )
-        for gate in gates.metric_gates
+        for gate in metric_gates
     ]
-
-
-def _release_checks(
-    specs: list[dg.AssetCheckSpec], gates: GateSet, writer_tags: Mapping[str, str] | None
-) -> dg.AssetChecksDefinition:
-    """The step evaluating ``specs`` (``build_release_checks``)."""
-    metric_gates = gates.metric_gates
 
     @dg.multi_asset_check(
         name="release_checks",
@@ -288,11 +276,11 @@ def _release_checks(
         summary = chain.get(SUMMARY)
         eval_run_id = summary.eval_run_id if summary else ""
         warehouse = warehouse_db.warehouse()
-        missing, unseen, run, recorded = "", False, None, {}
+        missing, status, run, recorded = "", "not published", None, {}
         if not eval_run_id:
-            missing = unpublished_reason("eval_summary", None, None)
+            missing = NOT_SUMMARIZED
         elif not warehouse.exists():
-            unseen = True
+            status = "unknown"  # whether the night was published cannot be seen from here
             missing = (
                 f"no warehouse at {warehouse.path}: this step must see the warehouse "
                 f"eval_summary published {eval_run_id} into"
@@ -309,7 +297,6 @@ def _release_checks(
                 why_not = missing or unpublished_reason(
                     asset, summary, chain.get(dg.AssetKey(asset))
                 )
-                status = "unknown" if unseen else "not published"
                 yield published_check(asset, eval_run_id, run, why_not, status)
         for gate in metric_gates:
             if ("eval_summary", gate_check_name(gate.name)) not in selected:
