@@ -179,6 +179,12 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
         if line[:1] in ("*", " ") and "2026-10-1" in line
     ]
     assert len(rows) == 2 and rows[0].startswith("* 2026-10-15")
+    # A comparison's name for a rate is not a table's: the refusal lists the names there are.
+    unknown = rag_eval("history", "--metric", "false_refusal", env=env)
+    assert unknown.returncode == 2
+    assert "no runs with false_refusal in " in unknown.stderr
+    assert "; --metric names one of: " in unknown.stderr
+    assert "Success@5" in unknown.stderr and "false_refusal_rate" in unknown.stderr
     run_a, run_b = (row.split()[-3] for row in reversed(rows))
     compare = rag_eval("compare", run_a, run_b, env=env)
     assert compare.returncode == 0 and "same corpus digest" in compare.stdout

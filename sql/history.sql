@@ -21,3 +21,11 @@ ORDER BY r.partition_date, r.started_at, r.eval_run_id
 
 -- name: suites
 SELECT DISTINCT suite FROM eval_runs ORDER BY suite
+
+-- name: metrics
+-- What --metric can name: the overall retrieval measures and answerable generation metrics.
+SELECT DISTINCT measure AS metric FROM retrieval_metrics WHERE scope = 'overall'
+UNION
+SELECT DISTINCT metric FROM generation_metrics
+WHERE scope = 'overall' AND scope_value = 'answerable'
+ORDER BY metric

@@ -48,8 +48,12 @@ def command_history(args: argparse.Namespace) -> int:
             suite: read_frame(connection, query, {"metric": args.metric, "suite": suite}).to_dicts()
             for suite in suites
         }
-    if not any(rows for rows in histories.values()):
-        raise ConfigError(f"no runs with {args.metric} in {warehouse.path}")
+        if not any(rows for rows in histories.values()):
+            names = [row[0] for row in connection.sql(sql_query("history", "metrics")).fetchall()]
+            raise ConfigError(
+                f"no runs with {args.metric} in {warehouse.path}; --metric names one of: "
+                + ", ".join(names)
+            )
     print(
         f"{args.metric} by night (* baseline, R re-baseline run, "
         "| corpus or measure definitions changed: not comparable across)"
