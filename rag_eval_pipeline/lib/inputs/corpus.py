@@ -1382,40 +1382,48 @@ def freeze(
         store = None
     files, resolved = _read_and_resolve(snapshot_dir, store)
     canonical = resolved.canonical
-    by_version = {
-        version_id: (status, digest)
-        for version_id, status, digest in canonical.select(
-            "doc_version_id", "status", "document_digest"
-        ).iter_rows()
-    }
-    entries = {
-        f.version_id: {
-            "file": f"documents/{f.version_id}.md",
-            "status": by_version[f.version_id][0],
-            "digest": by_version[f.version_id][1],
-            **({"sha256": f.file_digest, "bytes": f.size} if store else {}),
+    # Every file is checked by now. The parse cache's new part (compressed and written by
+    # Polars) and the corpus digest (hashlib) let other threads run, so both go on threads at
+    # once, beside the entries, the storing of the files and the manifest (system calls,
+    # mostly) on this one: at 20,000 documents the cache part alone is 0.5 s.
+    with ThreadPoolExecutor(2) as background:
+        cache_written = (
+            background.submit(store.add_cached_rows, resolved.parsed) if store is not None else None
+        )
+        corpus_digest = background.submit(digest_of, canonical)
+        by_version = {
+            version_id: (status, digest)
+            for version_id, status, digest in canonical.select(
+                "doc_version_id", "status", "document_digest"
+            ).iter_rows()
         }
-        for f in files
-    }
-    header = {
-        "snapshot_id": snapshot_dir.name,
-        "digest_algorithm": DIGEST_ALGORITHM,
-        "corpus_digest": digest_of(canonical),
-        "frozen_at": frozen_at or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-        "document_count": len(files),
-        "passage_count": int(canonical["passage_digests"].list.len().sum()),
-    }
-    parsed = resolved.parsed.height
-    missing_successors = successor_warnings(canonical)
-    if store is None:
-        snapshot_store.write_manifest(snapshot_dir, {**header, "documents": entries})
-        return FreezeReport({**header, "documents": entries}, parsed, 0, missing_successors)
-    previous = _previous_entries(snapshot_dir, store)
-    # The parse cache's new part is compressed and written by Polars, which lets other threads
-    # run, while this one stores the files and writes the manifest (system calls, mostly).
-    with ThreadPoolExecutor(1) as background:
-        cache_written = background.submit(store.add_cached_rows, resolved.parsed)
-        stored, problems = store.add_files(files, previous)
+        entries = {
+            f.version_id: {
+                "file": f"documents/{f.version_id}.md",
+                "status": by_version[f.version_id][0],
+                "digest": by_version[f.version_id][1],
+                **({"sha256": f.file_digest, "bytes": f.size} if store else {}),
+            }
+            for f in files
+        }
+        parsed = resolved.parsed.height
+        missing_successors = successor_warnings(canonical)
+        stored, problems = (
+            (0, [])
+            if store is None
+            else store.add_files(files, _previous_entries(snapshot_dir, store))
+        )
+        header = {
+            "snapshot_id": snapshot_dir.name,
+            "digest_algorithm": DIGEST_ALGORITHM,
+            "corpus_digest": corpus_digest.result(),
+            "frozen_at": frozen_at or dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+            "document_count": len(files),
+            "passage_count": int(canonical["passage_digests"].list.len().sum()),
+        }
+        if store is None:
+            snapshot_store.write_manifest(snapshot_dir, {**header, "documents": entries})
+            return FreezeReport({**header, "documents": entries}, parsed, 0, missing_successors)
         written = snapshot_store.write_store_manifest(snapshot_dir, store, header, entries)
         cache_written.result()
     manifest = {**written, "documents": entries}
