@@ -307,6 +307,47 @@ def test_a_bad_front_matter_value_names_the_line_of_its_key(tmp_path, old, new, 
         load_snapshot(folder, verify=False)
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "line", "message"),
+    [
+        (
+            "title: T",
+            "title: Ward: fridge: temp",
+            3,
+            r"mapping values are not allowed here \(line 3, column 12\)$",
+        ),
+        (
+            "status: current",
+            "status: [current",
+            6,
+            r"while parsing a flow sequence \(line 6, column 9\): expected ',' or '\]', "
+            r"but got ':' \(line 7, column 9\)$",
+        ),
+        (
+            "title: T",
+            'title: "T',
+            3,
+            r"while scanning a quoted scalar \(line 3, column 8\): found unexpected end of "
+            r"stream \(line 7, column 13\)$",
+        ),
+    ],
+)
+def test_front_matter_that_is_not_yaml_names_the_files_line(tmp_path, old, new, line, message):
+    """The YAML parser's places are the file's (the front matter starts on line 2), and the
+    line named is where the construct it was reading began."""
+    text = (
+        "---\ndoc_id: H-1\ntitle: T\nversion: 1\neffective_date: 2026-01-02\n"
+        "status: current\nlanguage: en\n---\n## S\ntext\n"
+    )
+    folder = tmp_path / "2026-10-01"
+    (folder / "documents").mkdir(parents=True)
+    (folder / "documents" / "H-1@v1.md").write_text(text.replace(old, new), encoding="utf-8")
+    with pytest.raises(CorpusError, match=rf"H-1@v1\.md:{line}: front matter is not valid YAML: "):
+        load_snapshot(folder, verify=False)
+    with pytest.raises(CorpusError, match=message):
+        load_snapshot(folder, verify=False)
+
+
 def test_a_superseded_by_naming_no_version_of_the_snapshot_is_a_warning_of_the_freeze(tmp_path):
     """A version superseded by one the snapshot does not hold (a typo, a successor not yet
     added) is frozen, with a warning naming both; a successor that exists says nothing."""

@@ -9,6 +9,7 @@ bundled snapshots keep their digests; a file edited after freezing fails loudly;
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -130,6 +131,45 @@ def test_refreezing_unchanged_files_parses_nothing(library):
     assert again.parsed == 0 and again.stored_bytes == 0
     assert again.manifest["corpus_digest"] == first.manifest["corpus_digest"]
     assert load_snapshot(folder).parsed == 0
+
+
+@pytest.mark.parametrize(
+    "name", ["STORE-FRIDGE-001@v1 (copy).md", "fridge.md", "STORE-FRIDGE-001@v01.md"]
+)
+def test_a_cached_files_copy_under_another_name_fails_for_its_name(library, name):
+    # The copy's bytes are in the parse cache under the original's name: it is still parsed,
+    # so freezing and loading fail as they would without a cache, naming the copy.
+    folder = library / "2026-10-01"
+    freeze(folder)
+    original = folder / "documents" / "STORE-FRIDGE-001@v1.md"
+    (folder / "documents" / name).write_bytes(original.read_bytes())
+    manifest = (folder / "manifest.json").read_bytes()
+    expected = f"{name}: file name should be STORE-FRIDGE-001@v1.md for its front matter"
+    with pytest.raises(CorpusError, match=re.escape(expected)):
+        freeze(folder)
+    assert (folder / "manifest.json").read_bytes() == manifest
+    with pytest.raises(CorpusError, match=re.escape(expected)):
+        load_snapshot(folder)
+
+
+def test_a_freeze_warns_of_what_documents_holds_besides_md_files(library):
+    folder = library / "2026-10-01"
+    documents = folder / "documents"
+    (documents / "STORE-FRIDGE-001@v1.md").rename(documents / "STORE-FRIDGE-001@v1.MD")
+    (documents / "notes.txt").write_text("to do", encoding="utf-8")
+    (documents / "old").mkdir()
+    (documents / ".DS_Store").write_bytes(b"")
+    report = freeze(folder)
+    left_out = [warning for warning in report.warnings if "left out of the snapshot" in warning]
+    assert left_out == [
+        f"{documents / 'STORE-FRIDGE-001@v1.MD'}: left out of the snapshot (not named *.md: "
+        "rename it to STORE-FRIDGE-001@v1.md to include it)",
+        f"{documents / 'notes.txt'}: left out of the snapshot (not a *.md document)",
+        f"{documents / 'old'}: left out of the snapshot (a folder: documents/ is read without "
+        "its subfolders)",
+    ]
+    assert "STORE-FRIDGE-001@v1" not in report.manifest["documents"]
+    assert report.manifest["document_count"] == 4
 
 
 def test_a_stored_file_edited_in_place_fails_loudly(library):

@@ -255,6 +255,28 @@ def _invalid_value_line(lines: Sequence[str]) -> tuple[str, int]:
     return "", 2
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> tuple[str, int]:
+    """The YAML parser's error with its places as the file's lines and columns (the front
+    matter's first line is the file's line 2), and the line to name: where the construct the
+    parser was reading began (an unclosed ``[``, a quote), else where it failed."""
+    marks = [
+        (text, mark)
+        for text, mark in (
+            (getattr(exc, "context", None), getattr(exc, "context_mark", None)),
+            (getattr(exc, "problem", None), getattr(exc, "problem_mark", None)),
+        )
+        if text
+    ]
+    if not marks:
+        return str(exc), 2
+    parts = [
+        text if mark is None else f"{text} (line {mark.line + 2}, column {mark.column + 1})"
+        for text, mark in marks
+    ]
+    line = next((mark.line + 2 for _, mark in marks if mark is not None), 2)
+    return ": ".join(parts), line
+
+
 def front_matter(lines: Sequence[str], source: str | Path) -> dict:
     """The front matter lines (between the ``---`` lines) as ``yaml.safe_load`` reads them.
 
@@ -269,7 +291,8 @@ def front_matter(lines: Sequence[str], source: str | Path) -> dict:
     try:
         meta = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise _fail(source, f"front matter is not valid YAML: {exc}", 2) from None
+        message, line = _yaml_problem(exc)
+        raise _fail(source, f"front matter is not valid YAML: {message}", line) from None
     except ValueError as exc:  # e.g. a timestamp YAML matches but the calendar does not have
         line, number = _invalid_value_line(lines)
         raise _fail(source, f"front matter has an invalid value{line}: {exc}", number) from None
@@ -749,6 +772,26 @@ def _document_names(snapshot_dir: Path) -> list[tuple[str, bool]]:
     return found
 
 
+def left_out_warnings(snapshot_dir: Path) -> tuple[str, ...]:
+    """A warning for each entry of ``documents/`` that a snapshot leaves out: a file not named
+    ``*.md`` (``X@v1.MD``, ``notes.txt``) or a folder. Hidden names (``.DS_Store``, an editor's
+    swap file) are left out without a word."""
+    folder = snapshot_dir / "documents"
+    warnings_found = []
+    with os.scandir(folder) as entries:
+        for entry in sorted(entries, key=lambda entry: entry.name):
+            if entry.name.startswith(".") or (entry.name.endswith(".md") and not entry.is_dir()):
+                continue
+            if entry.is_dir():
+                what = "a folder: documents/ is read without its subfolders"
+            elif entry.name.lower().endswith(".md"):
+                what = f"not named *.md: rename it to {entry.name[:-3]}.md to include it"
+            else:
+                what = "not a *.md document"
+            warnings_found.append(f"{folder / entry.name}: left out of the snapshot ({what})")
+    return tuple(warnings_found)
+
+
 def read_files(snapshot_dir: Path, *, keep: bool = True) -> list[DocumentFile]:
     """Every ``documents/*.md`` file of a snapshot folder, read and hashed once, by name (the
     bytes kept in memory unless ``keep`` is False: a file is then read again only to parse it)."""
@@ -886,8 +929,14 @@ def _resolve(
     its file digest is there, else parsed (``parsed``: every file's rows, parsed already). Every
     file is checked before anything is returned."""
     if parsed is None:
-        hits = set() if cached is None else set(cached["file_digest"].to_list())
-        parsed = parse_rows([f for f in files if f.file_digest not in hits])
+        # A hit is a file's digest under its own name: a copy of a cached file under another
+        # name (``X@v1 (copy).md``) is parsed, and fails for its name as it would uncached.
+        hits = (
+            set()
+            if cached is None
+            else set(zip(cached["file_digest"], cached["doc_version_id"], strict=True))
+        )
+        parsed = parse_rows([f for f in files if (f.file_digest, f.version_id) not in hits])
     canonical = parsed if cached is None or not cached.height else cached
     if cached is not None and cached.height and parsed.height:
         canonical = pl.concat([parsed, cached], how="vertical")
@@ -1407,7 +1456,7 @@ def freeze(
             for f in files
         }
         parsed = resolved.parsed.height
-        missing_successors = successor_warnings(canonical)
+        warned = (*left_out_warnings(snapshot_dir), *successor_warnings(canonical))
         stored, problems = (
             (0, [])
             if store is None
@@ -1423,12 +1472,12 @@ def freeze(
         }
         if store is None:
             snapshot_store.write_manifest(snapshot_dir, {**header, "documents": entries})
-            return FreezeReport({**header, "documents": entries}, parsed, 0, missing_successors)
+            return FreezeReport({**header, "documents": entries}, parsed, 0, warned)
         written = snapshot_store.write_store_manifest(snapshot_dir, store, header, entries)
         cache_written.result()
     manifest = {**written, "documents": entries}
     manifest.pop("removed", None)
-    return FreezeReport(manifest, parsed, stored, (*missing_successors, *problems))
+    return FreezeReport(manifest, parsed, stored, (*warned, *problems))
 
 
 # A block's first ``superseded_by`` value (every line of a block has the same one).
