@@ -160,16 +160,20 @@ def instance_at(home: Path) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
 
 
-def test_sigterm_fails_the_dagster_run_and_the_evaluation_run(library, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_fails_the_dagster_run_and_the_evaluation_run(library, tmp_path, stop):
+    """SIGTERM or SIGINT during a step: the process exits with that signal's code (143, 130),
+    the error names it, and both runs are failed."""
     env = cli_environment(library, tmp_path)
     process = nightly(NIGHT, env)
     wait_for_line(process, "retrieval_run")
     started = time.monotonic()
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     _, err = process.communicate(timeout=30)
     assert time.monotonic() - started < 10
-    assert process.returncode == 128 + signal.SIGTERM
-    assert "interrupted" in err and "Traceback" not in err
+    assert process.returncode == 128 + stop
+    assert f"interrupted ({stop.name})" in err or f"interrupted by {stop.name}" in err, err
+    assert "Traceback" not in err
     with instance_at(tmp_path / "home") as instance:
         [run] = instance.get_runs()
         assert run.status == dg.DagsterRunStatus.FAILURE

@@ -11,6 +11,7 @@ after every table and the comparison are written.
 """
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import re
@@ -113,20 +114,43 @@ class Interrupted(KeyboardInterrupt):
         self.signal_name = signal_name
 
 
+# The signals that interrupted a run of this process, first first. Dagster installs handlers of
+# its own for both while a step runs, and a stopped step fails inside Dagster without naming the
+# signal, so they are read from the interpreter's wakeup file descriptor, which every handled
+# signal is written to whoever handles it.
+RECEIVED: list[str] = []
+_STOPPING = {signal.SIGINT.value: "SIGINT", signal.SIGTERM.value: "SIGTERM"}
+
+
+def interrupted_exit_code() -> int:
+    """``128 +`` the first signal that interrupted a run here (SIGTERM's when none is known)."""
+    return 128 + (signal.SIGINT if RECEIVED[:1] == ["SIGINT"] else signal.SIGTERM)
+
+
 @contextmanager
 def interrupts_stop_the_run():
     """SIGTERM and SIGINT raise ``Interrupted`` in the main thread, so a run stops within
-    seconds and is marked failed, rather than dying unrecorded (SIGTERM) or waiting on threads."""
+    seconds and is marked failed, rather than dying unrecorded (SIGTERM) or waiting on threads.
+    The signals that arrived are in ``RECEIVED`` afterwards."""
 
     def stop(number, frame):
         raise Interrupted(signal.Signals(number).name)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    previous_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     try:
         yield
     finally:
+        signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        with contextlib.suppress(BlockingIOError):
+            RECEIVED.extend(_STOPPING[n] for n in os.read(read_end, 4096) if n in _STOPPING)
+        os.close(read_end)
+        os.close(write_end)
 
 
 def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=None, verbose=False):
@@ -252,9 +276,8 @@ def failure_messages(result) -> list[str]:
         if error is not None and CHECK_FAILURE in (error.cls_name or ""):
             continue
         if error is not None and INTERRUPTED in (error.cls_name or ""):
-            lines.append(
-                f"step {step_name(event.step_key)} failed: interrupted (SIGINT or SIGTERM)"
-            )
+            name = RECEIVED[0] if RECEIVED else "SIGINT or SIGTERM"
+            lines.append(f"step {step_name(event.step_key)} failed: interrupted by {name}")
             continue
         cause = error.cause if error is not None and error.cause is not None else error
         text = (cause.message if cause is not None else "").strip()
@@ -312,7 +335,8 @@ def mark_failed(instance, result, reason: str, *, alert: bool = True) -> None:
 
 def fail_on_steps(instance, result, lines: list[str]) -> None:
     """A run whose steps failed: marked failed (alerted unless it was interrupted), each
-    failure printed; an interrupted one ends the process at once with 143."""
+    failure printed; an interrupted one ends the process at once with its signal's code (130
+    for SIGINT, 143 for SIGTERM)."""
     interrupted = any("interrupted" in line for line in lines)
     mark_failed(instance, result, "; ".join(lines), alert=not interrupted)
     for line in lines:
@@ -320,7 +344,7 @@ def fail_on_steps(instance, result, lines: list[str]) -> None:
     if interrupted:
         sys.stderr.flush()
         # Threads still waiting on an endpoint must not keep the process alive.
-        os._exit(128 + signal.SIGTERM)
+        os._exit(interrupted_exit_code())
 
 
 def command_nightly(args: argparse.Namespace) -> int:
