@@ -59,6 +59,15 @@ def test_a_judge_gate_without_calibration_does_not_pass():
     assert results["faithfulness"].status == NOT_CALIBRATED
     assert not results["faithfulness"].passed
     assert "judge not calibrated" in results["faithfulness"].message
+    # The calibration's own reason begins with the same words: they are said once.
+    worded = evaluate_gates(
+        gates,
+        METRICS,
+        judge_calibrated=False,
+        judge_reason="judge not calibrated: no human labels",
+    )
+    message = next(r.message for r in worded if r.gate.name == "faithfulness")
+    assert message.startswith("faithfulness: judge not calibrated (no human labels); "), message
 
 
 def test_gate_file_errors_name_the_gate(tmp_path):
@@ -97,6 +106,7 @@ def test_failing_gates_make_nightly_exit_non_zero(tmp_path):
         text=True,
     )
     assert completed.returncode == 1, completed.stderr
-    assert "release gates failed" in completed.stderr
+    assert "\nrelease gates failed in nightly_eval (Dagster run " in completed.stderr
+    assert completed.stderr.count("release gates failed") == 1
     assert "gate_success_at_5: success_at_5: Success@5 95% lower bound" in completed.stderr
     assert "short by" in completed.stderr

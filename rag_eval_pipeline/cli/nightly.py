@@ -421,11 +421,17 @@ def command_nightly(args: argparse.Namespace) -> int:
             print(f"warning: {line}", file=sys.stderr)
         for ended, lines in gated:
             mark_failed(instance, ended, "; ".join(lines) or "the run failed")
-        every = [line for _, lines in gated for line in lines]
-        if every:
-            print("\nrelease gates failed:", file=sys.stderr)
-            for line in every:
-                print(f"  {line}", file=sys.stderr)
+        # Each failed run under its own heading: a night and the re-baseline the guard ran on
+        # it can fail the same gates, and the lines alone would read as one list said twice.
+        for ended, lines in gated:
+            if lines:
+                job = ended.dagster_run.job_name
+                print(
+                    f"\nrelease gates failed in {job} (Dagster run {ended.run_id[:8]}):",
+                    file=sys.stderr,
+                )
+                for line in lines:
+                    print(f"  {line}", file=sys.stderr)
         return 1 if gated else 0
 
     # The comparison guard, as the sensor would run it under the daemon: compare, re-baseline

@@ -254,7 +254,8 @@ def evaluate_gates(
                     NOT_CALIBRATED,
                     observed,
                     None,
-                    f"{gate.name}: {NOT_CALIBRATED} ({reason}); {describe(gate)} not assessed",
+                    f"{gate.name}: {NOT_CALIBRATED} ({reason.removeprefix(NOT_CALIBRATED + ': ')}); "
+                    f"{describe(gate)} not assessed",
                 )
             )
             continue
