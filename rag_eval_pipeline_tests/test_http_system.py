@@ -356,3 +356,18 @@ def test_an_earlier_warehouse_gains_the_capture_columns(tmp_path: Path):
     columns = {row[0] for row in connection.sql("DESCRIBE eval_runs").fetchall()}
     assert {"trace_file", "trace_digest"} <= columns
     connection.close()
+
+
+def test_the_reference_service_is_ready_before_it_listens(snapshot):
+    """The index is built and one answer given when the service is made, so a night's first
+    requests do not wait for its start-up (which a night's latency figures would count)."""
+    from rag_eval_pipeline.lib.systems.service import ReferenceService
+
+    answers = ReferenceAnswers(snapshot["passages"], snapshot["digest"], settings=SETTINGS)
+    assert answers.system._index is None
+    service = ReferenceService(answers)
+    try:
+        assert answers.system._index is not None
+        assert service.request_count == 0
+    finally:
+        service.stop()
