@@ -8,7 +8,11 @@ import duckdb
 import pytest
 
 from rag_eval_pipeline.lib.inputs.corpus import CorpusError, freeze_snapshot, load_snapshot
-from rag_eval_pipeline.lib.inputs.golden import GoldenSetError, load_golden_set
+from rag_eval_pipeline.lib.inputs.golden import (
+    GoldenSetError,
+    check_labelled_against,
+    load_golden_set,
+)
 
 from .conftest import materialize_night
 
@@ -28,7 +32,7 @@ def table_count(path: Path, table: str) -> int:
 
 
 def replace_line(path: Path, number: int, text: str) -> None:
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = path.read_text(encoding="utf-8").rstrip("\n").split("\n")  # as the readers split
     lines[number - 1] = text
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -44,6 +48,34 @@ def test_malformed_golden_line_names_file_and_line(library, tmp_path):
     assert "golden.jsonl:3: malformed JSON" in failure_message(result)
     assert table_count(warehouse, "golden_items") == 0
     assert table_count(warehouse, "eval_runs") == 0
+
+
+def test_a_truncated_golden_line_gets_the_whole_message_and_the_parsers_column(library):
+    """A line cut off inside a string: the message is the parser's whole sentence, with the
+    column it names (where the unclosed string opens, not where the line ends)."""
+    golden = library / "golden.jsonl"
+    line = golden.read_text(encoding="utf-8").splitlines()[2]
+    opening = line.index('"how long')  # the question's opening quote
+    replace_line(golden, 3, line[: opening + 20])
+    with pytest.raises(GoldenSetError) as raised:
+        load_golden_set(golden)
+    assert str(raised.value) == (
+        f"{golden}:3: malformed JSON: Unterminated string starting at column {opening + 1}"
+    )
+
+
+def test_a_line_separator_inside_a_golden_string_does_not_end_the_line(library):
+    """JSON strings may hold U+2028, U+2029 and U+0085 as they are (``json.dumps`` with
+    ``ensure_ascii=False`` writes them so): a golden line holding them is one line, and the lines
+    after it keep their numbers."""
+    golden = library / "golden.jsonl"
+    item = json.loads(golden.read_text(encoding="utf-8").splitlines()[0])
+    item["question"] += "\u2028and the\u2029spare\x85tubes"
+    replace_line(golden, 1, json.dumps(item, ensure_ascii=False))
+    assert load_golden_set(golden).items.sort("line")["question"][0] == item["question"]
+    replace_line(golden, 3, '{"id": "q3"')
+    with pytest.raises(GoldenSetError, match=r"golden\.jsonl:3: malformed JSON at column 12: "):
+        load_golden_set(golden)
 
 
 def test_golden_item_with_bad_grade_names_line(library):
@@ -73,6 +105,47 @@ def test_a_no_answer_item_with_an_answering_gold_passage_names_the_line(library)
         r"has gold passage 'STORE-FRIDGE-001@v1#s1' at grade 3",
     ):
         load_golden_set(golden)
+
+
+@pytest.mark.parametrize(
+    ("stratum", "field", "values"),
+    [
+        ("out_of_scope", "reference_answers", ["take two tablets"]),
+        ("out_of_scope", "must_mention", ["500 mg"]),
+        ("withdrawn_document", "must_mention", ["fax"]),
+    ],
+)
+def test_a_no_answer_item_with_answers_to_check_names_the_line(
+    library, tmp_path, stratum, field, values
+):
+    """A no-answer item is scored only on being refused, so reference answers or mentions on it
+    would never be checked (the README has them empty): refused, naming the line and the item,
+    and the night writes nothing."""
+    golden = library / "golden.jsonl"
+    lines = golden.read_text().splitlines()
+    number, item = next(
+        (n, json.loads(line))
+        for n, line in enumerate(lines, 1)
+        if json.loads(line)["stratum"] == stratum
+    )
+    item[field] = values
+    replace_line(golden, number, json.dumps(item))
+    expected = (
+        f"golden.jsonl:{number}: no-answer item '{item['id']}' (stratum {stratum}) has "
+        f"'{field}' {values!r}: "
+    )
+    with pytest.raises(GoldenSetError) as raised:
+        load_golden_set(golden)
+    assert expected in str(raised.value)
+    assert str(raised.value).endswith(
+        f"empty '{field}', or make the item answerable (stratum answerable, its answering "
+        "passage in 'gold' at grade 2 or 3)"
+    )
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    assert expected in failure_message(result)
+    assert table_count(warehouse, "golden_items") == 0
 
 
 def test_unknown_gold_passage_id_names_line_and_id(library, tmp_path):
@@ -126,6 +199,104 @@ def test_an_item_labelled_against_an_earlier_snapshot_or_its_digest_is_accepted(
         item["labelled_against"] = label
         replace_line(golden, number, json.dumps(item))
     assert materialize_night(library, tmp_path / "w.duckdb").success
+
+
+def fixture_digest(library: Path) -> str:
+    manifest = library / "2026-10-01" / "manifest.json"
+    return json.loads(manifest.read_text(encoding="utf-8"))["corpus_digest"]
+
+
+def label_line(golden: Path, number: int, label: str, **changes) -> dict:
+    item = json.loads(golden.read_text().splitlines()[number - 1])
+    item.update(labelled_against=label, **changes)
+    replace_line(golden, number, json.dumps(item))
+    return item
+
+
+def test_an_item_labelled_against_a_digest_prefix_is_checked_against_that_snapshot(
+    library, tmp_path
+):
+    """The 12-character digest prefix the CLI prints names the snapshot frozen with it: a night
+    on that snapshot accepts the label and checks the item's gold ids there, so an unknown one
+    fails naming the line."""
+    golden = library / "golden.jsonl"
+    prefix = fixture_digest(library)[:12]
+    label_line(golden, 3, prefix)
+    label_line(golden, 1, fixture_digest(library)[:20])
+    assert materialize_night(library, tmp_path / "ok.duckdb").success
+
+    label_line(golden, 2, prefix, gold=[{"passage_id": "STORE-FRIDGE-001@v2#s9", "grade": 3}])
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    message = failure_message(result)
+    assert "golden.jsonl:2: item 'q2' names gold passage 'STORE-FRIDGE-001@v2#s9'" in message
+    assert "not in snapshot 2026-10-01" in message
+    assert table_count(warehouse, "golden_items") == 0
+
+
+def test_an_item_labelled_against_an_earlier_snapshots_digest_prefix_is_accepted(library, tmp_path):
+    earlier = library / "2026-09-01"
+    shutil.copytree(library / "2026-10-01" / "documents", earlier / "documents")
+    edited = earlier / "documents" / "STORE-FRIDGE-001@v1.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nOne more line.\n", encoding="utf-8")
+    digest = freeze_snapshot(earlier)["corpus_digest"]
+    label_line(library / "golden.jsonl", 2, digest[:12])
+    assert materialize_night(library, tmp_path / "w.duckdb").success
+
+
+def check_labels(library: Path) -> None:
+    check_labelled_against(
+        load_golden_set(library / "golden.jsonl"),
+        library,
+        snapshot_id="2026-10-01",
+        corpus_digest=fixture_digest(library),
+        source="golden.jsonl",
+    )
+
+
+@pytest.mark.parametrize("length", [11, 12])
+def test_a_digest_prefix_naming_no_snapshot_names_the_line(library, length):
+    """Fewer than 12 characters of a real digest, or 12 that start no frozen digest: the label
+    names no snapshot."""
+    label = fixture_digest(library)[:length] if length < 12 else "0123456789ab"
+    label_line(library / "golden.jsonl", 4, label)
+    with pytest.raises(GoldenSetError) as raised:
+        check_labels(library)
+    assert str(raised.value).startswith(
+        f"golden.jsonl:4: item 'q4' is labelled against '{label}', which names no snapshot of "
+        f"{library} (snapshot folders: 2026-10-01; a frozen corpus digest, or its first 12 or more "
+        "characters, also names one)"
+    )
+
+
+def test_an_ambiguous_digest_prefix_names_the_line_and_the_candidates(library):
+    """A prefix two frozen digests start with names neither: the error lists both snapshots
+    with their digests; one more character that only one of them has is accepted."""
+    digest = fixture_digest(library)
+    other = digest[:13] + ("0" if digest[13] != "0" else "1") + digest[14:]
+    (library / "2026-09-01").mkdir()
+    (library / "2026-09-01" / "manifest.json").write_text(json.dumps({"corpus_digest": other}))
+    golden = library / "golden.jsonl"
+    label_line(golden, 5, digest[:12])
+    label_line(golden, 4, digest[:13])
+    with pytest.raises(GoldenSetError) as raised:
+        check_labels(library)
+    assert str(raised.value) == (
+        f"golden.jsonl:4: item 'q4' is labelled against '{digest[:13]}', which names 2 snapshots "
+        f"of {library}: "
+        + "; ".join(
+            f"folder {folder} (corpus digest {frozen})"
+            for folder, frozen in sorted(
+                [("2026-10-01", digest), ("2026-09-01", other)], key=lambda pair: pair[1]
+            )
+        )
+        + ": give as many characters of the corpus digest as name one of them (or its folder "
+        "name)"
+    )
+    label_line(golden, 4, digest[:14])
+    label_line(golden, 5, other[:14])
+    check_labels(library)
 
 
 def test_snapshot_that_no_longer_matches_its_manifest(library, tmp_path):

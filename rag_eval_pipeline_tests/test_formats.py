@@ -408,6 +408,53 @@ def test_jsonl_errors_name_file_and_line(tmp_path):
         import_trec(docs, queries, qrels, tmp_path / "s", tmp_path / "g.jsonl")
 
 
+def test_a_truncated_jsonl_line_gets_the_whole_message_and_the_parsers_column(tmp_path):
+    """The message ends with the column the parser names (where the cut-off string opens, not
+    where the line ends), worded as for golden sets."""
+    cut = '{"id": "2", "text": "cut off in the midd'
+    docs = write(tmp_path / "docs.jsonl", '{"id": "1", "text": "a"}\n' + cut + "\n")
+    queries = write_jsonl(tmp_path / "queries.jsonl", [{"id": "1", "text": "a"}])
+    qrels = write(tmp_path / "qrels.trec", "1 0 1 1\n")
+    with pytest.raises(FormatError) as error:
+        import_trec(docs, queries, qrels, tmp_path / "s", tmp_path / "g.jsonl")
+    column = cut.index('"cut') + 1
+    assert str(error.value) == (
+        f"{docs}:2: malformed JSON: Unterminated string starting at column {column}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "docs.jsonl",
+        "qrels.trec",
+        "queries.jsonl",
+    ]
+
+
+def test_a_query_with_a_line_separator_is_imported_as_one_golden_line(beir_folder, tmp_path):
+    """``json.dumps(..., ensure_ascii=False)`` writes U+2028 and U+0085 as they are: the source
+    reader and the golden set that the import writes and checks read them inside one line."""
+    queries = beir_folder / "queries.jsonl"
+    records = [json.loads(line) for line in queries.read_text(encoding="utf-8").split("\n") if line]
+    records[1]["text"] = "return\u2028window\x85please"
+    write(queries, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    import_beir(beir_folder, tmp_path / "snap", tmp_path / "golden.jsonl")
+    golden = load_golden_set(tmp_path / "golden.jsonl")
+    assert dict(golden.items.select("item_id", "question").iter_rows())["q2"] == (
+        "return\u2028window\x85please"
+    )
+    assert golden.items.sort("line")["line"].to_list() == [1, 2, 3]
+
+
+def test_malformed_squad_json_names_the_line_and_the_whole_message(tmp_path):
+    """A line end inside a string of a SQuAD file: the line and column of the line end."""
+    second = ' "data": [{"title": "Norm'
+    source = write(tmp_path / "dev.json", '{"version": "v2.0",\n' + second + '\nans"}]}\n')
+    with pytest.raises(FormatError) as error:
+        import_squad(source, tmp_path / "squad", tmp_path / "squad.jsonl")
+    assert str(error.value) == (
+        f"{source}:2: malformed JSON: Invalid control character at column {len(second) + 1}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.json"]
+
+
 def squad_document() -> dict:
     return {
         "version": "v2.0",

@@ -47,11 +47,11 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
     ):
         """Golden items and graded gold passages of the suite, checked against the snapshot.
 
-        Every item is labelled against a snapshot of the suite's corpus root (its folder name or
-        frozen digest), and every gold id must exist in the snapshot the set was labelled
-        against (an unknown id fails naming the line, before anything is written). Items whose
-        answering passage is no longer current are kept and flagged in ``golden_drift`` for
-        re-labelling.
+        Every item is labelled against one snapshot of the suite's corpus root (its folder name,
+        its frozen digest or the digest's first 12 or more characters), and every gold id must
+        exist in the snapshot the set was labelled against (an unknown id fails naming the line,
+        before anything is written). Items whose answering passage is no longer current are
+        kept and flagged in ``golden_drift`` for re-labelling.
         """
         _, suite_name = night_and_suite(context)
         suite = suites.suite(suite_name)

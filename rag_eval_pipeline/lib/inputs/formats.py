@@ -73,7 +73,12 @@ from rag_eval_pipeline.lib.inputs.corpus import (
     normalise_text,
     passage_id,
 )
-from rag_eval_pipeline.lib.inputs.golden import ANSWERABLE, load_golden_set
+from rag_eval_pipeline.lib.inputs.golden import (
+    ANSWERABLE,
+    json_problem,
+    jsonl_lines,
+    load_golden_set,
+)
 from rag_eval_pipeline.lib.metrics.retrieval import QRELS_SCHEMA, RUN_SCHEMA
 
 DEFAULT_EFFECTIVE_DATE = dt.date(2026, 1, 1)
@@ -497,19 +502,19 @@ def write_trec_run(frame: pl.DataFrame, path: Path | str, tag: str) -> None:
 
 
 def _read_jsonl(path: Path, fields: Mapping[str, bool]) -> list[tuple[int, dict]]:
-    """``(line, record)`` pairs; ``fields`` maps each field to whether it is required.
+    """``(line, record)`` pairs of the file's non-blank lines (numbered as ``jsonl_lines`` does,
+    a JSON error worded by ``json_problem``, as for golden sets); ``fields`` maps each field to
+    whether it is required.
 
     Values are read as strings (a numeric id becomes its decimal text); a required field that is
     missing, null or not a string or number is an error naming the line.
     """
     records = []
-    for number, text in enumerate(_read_text(path).split("\n"), start=1):
-        if not text.strip():
-            continue
+    for number, text in jsonl_lines(_read_text(path)):
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise _fail(path, f"malformed JSON at column {exc.colno}: {exc.msg}", number) from None
+            raise _fail(path, json_problem(exc), number) from None
         if not isinstance(record, dict):
             raise _fail(path, f"expected a JSON object, got {type(record).__name__}", number)
         values = {}
@@ -864,7 +869,7 @@ def read_squad(path: Path | str) -> tuple[pl.DataFrame, list[dict]]:
     try:
         document = json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
-        raise _fail(path, f"malformed JSON at column {exc.colno}: {exc.msg}", exc.lineno) from None
+        raise _fail(path, json_problem(exc), exc.lineno) from None
     paragraphs: list[dict] = []
     questions: list[dict] = []
     seen: dict[str, str] = {}

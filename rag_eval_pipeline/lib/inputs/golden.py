@@ -3,10 +3,16 @@
 One JSON object a line with ``id``, ``question``, ``language``, ``stratum``, ``gold`` (a list of
 ``{passage_id, grade}``; 3 = current answering section, 2 = supporting, 1 = superseded version,
 0 = judged irrelevant), ``reference_answers``, ``must_mention`` and ``labelled_against``.
+A no-answer item (any stratum but ``answerable``) has empty ``reference_answers`` and
+``must_mention`` and no gold passage of grade 2 or 3. ``labelled_against`` names the snapshot the
+gold passages were chosen in: its folder name, its corpus digest, or the digest's first 12 or
+more characters.
 """
 
 import hashlib
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +52,38 @@ ITEM_SCHEMA = {
     "labelled_against": pl.String,
 }
 GOLD_SCHEMA = {"item_id": pl.String, "passage_id": pl.String, "grade": pl.Int64}
+# A ``labelled_against`` of this many lowercase hex digits or more (up to a whole SHA-256) may be
+# the start of a corpus digest: the CLI and the reports print a digest's first 12.
+DIGEST_PREFIX_MIN = 12
+_DIGEST_PREFIX = re.compile(rf"[0-9a-f]{{{DIGEST_PREFIX_MIN},64}}")
 
 
 class GoldenSetError(RagEvalError):
     """A golden set that cannot be used: the message names the file, the line and the problem."""
+
+
+def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of JSON Lines text, with their 1-based numbers.
+
+    A line ends at a line feed only (a carriage return before one is JSON white space): a JSON
+    string may hold U+0085, U+2028 or U+2029 as they are (``json.dumps(..., ensure_ascii=False)``
+    writes them so), and ``str.splitlines`` would cut the line there. The JSONL readers of the
+    golden set and of the imports read their lines here, so they number a file's lines alike."""
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            yield number, line
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """What the JSON parser found wrong, complete, for a message that already names the file and
+    the line: ``malformed JSON at column <n>: <the parser's message>``, the column being the one
+    the parser names (``exc.colno``, 1-based, of ``exc.lineno``). Some of the parser's messages
+    leave the place to the position it gives apart (``Unterminated string starting at``,
+    ``Invalid control character at``): the column is said there, ``malformed JSON:
+    Unterminated string starting at column 30``, instead of leaving the sentence cut off."""
+    if exc.msg.endswith(" at"):
+        return f"malformed JSON: {exc.msg} column {exc.colno}"
+    return f"malformed JSON at column {exc.colno}: {exc.msg}"
 
 
 @dataclass(frozen=True)
@@ -112,22 +146,29 @@ def _check_item(record: object, source: str, line: int) -> dict:
             "answers it makes it answerable; grade it 0 (judged not to answer) or 1, or make "
             "the item answerable"
         )
+    if record["stratum"] != ANSWERABLE:
+        for name in ("reference_answers", "must_mention"):
+            if record[name]:
+                raise GoldenSetError(
+                    f"{where}: no-answer item '{item_id}' (stratum {record['stratum']}) has "
+                    f"'{name}' {record[name]!r}: a no-answer item is scored only on whether "
+                    f"it is refused, so these would never be checked; empty '{name}', or make "
+                    "the item answerable (stratum answerable, its answering passage in 'gold' "
+                    "at grade 2 or 3)"
+                )
     return record
 
 
-def parse_golden_lines(lines: list[str], source: str) -> list[tuple[int, dict]]:
-    """Parse and check JSONL lines; returns ``(line number, item)`` pairs."""
+def parse_golden_lines(text: str, source: str) -> list[tuple[int, dict]]:
+    """Parse and check the JSONL text of a golden set (lines as ``jsonl_lines`` reads them);
+    returns ``(line number, item)`` pairs."""
     records: list[tuple[int, dict]] = []
     seen: dict[str, int] = {}
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
+    for number, line in jsonl_lines(text):
         try:
-            record = json.loads(text)
+            record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise GoldenSetError(
-                f"{source}:{number}: malformed JSON at column {exc.colno}: {exc.msg}"
-            ) from None
+            raise GoldenSetError(f"{source}:{number}: {json_problem(exc)}") from None
         record = _check_item(record, source, number)
         if record["id"] in seen:
             raise GoldenSetError(
@@ -155,7 +196,7 @@ def load_golden_set(path: Path | str) -> GoldenSet:
     path = Path(path)
     if not path.is_file():
         raise GoldenSetError(f"{path}: golden set file does not exist")
-    numbered = parse_golden_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
+    numbered = parse_golden_lines(path.read_text(encoding="utf-8"), str(path))
     records = [record for _, record in numbered]
     items = pl.DataFrame(
         [
@@ -185,6 +226,15 @@ def load_golden_set(path: Path | str) -> GoldenSet:
     return GoldenSet(path.stem, golden_digest(records), items, gold)
 
 
+def names_snapshot(label: str, *, snapshot_id: str, corpus_digest: str) -> bool:
+    """Whether a ``labelled_against`` value names the snapshot ``snapshot_id``: its folder name,
+    its corpus digest, or the first ``DIGEST_PREFIX_MIN`` (12) or more characters of that digest
+    (``check_labelled_against`` makes sure such a prefix names no other snapshot)."""
+    return label in (snapshot_id, corpus_digest) or bool(
+        _DIGEST_PREFIX.fullmatch(label) and corpus_digest.startswith(label)
+    )
+
+
 def validate_against_snapshot(
     golden: GoldenSet,
     passages: pl.DataFrame,
@@ -195,17 +245,23 @@ def validate_against_snapshot(
 ) -> pl.DataFrame:
     """Check gold ids against a snapshot and flag drifted items.
 
-    On the snapshot an item was labelled against (by id or digest), an unknown gold passage id is
-    an error naming the line. On any other snapshot the golden set is read as it stands: an item
-    whose grade >= 2 gold passage is no longer current (superseded, withdrawn or gone) is flagged
-    for re-labelling with the reason. Returns one row per item: ``item_id, drifted, drift_reason``.
+    On the snapshot an item was labelled against (by folder name, digest or digest prefix:
+    ``names_snapshot``), an unknown gold passage id is an error naming the line. On any other
+    snapshot the golden set is read as it stands: an item whose grade >= 2 gold passage is no
+    longer current (superseded, withdrawn or gone) is flagged for re-labelling with the reason.
+    Returns one row per item: ``item_id, drifted, drift_reason``.
     """
+    here = [
+        label
+        for label in golden.items["labelled_against"].unique().to_list()
+        if names_snapshot(label, snapshot_id=snapshot_id, corpus_digest=corpus_digest)
+    ]
     status = passages.select("passage_id", "status")
     joined = golden.gold.join(status, on="passage_id", how="left").join(
         golden.items.select("item_id", "line", "labelled_against"), on="item_id"
     )
     pinned = joined.filter(
-        pl.col("labelled_against").is_in([snapshot_id, corpus_digest]) & pl.col("status").is_null()
+        pl.col("labelled_against").is_in(here) & pl.col("status").is_null()
     ).sort("line")
     if pinned.height:
         first = pinned.row(0, named=True)
@@ -242,14 +298,18 @@ def check_labelled_against(
     corpus_digest: str,
     source: str,
 ) -> None:
-    """Every item's ``labelled_against`` names a snapshot of ``corpus_root``: a snapshot folder's
-    name or the corpus digest one was frozen with. An item labelled against no snapshot (a typo,
-    a date with no folder) would have its gold ids checked against none, so a wrong id would
-    pass as a retrieval miss: it fails naming the first such line, with the snapshots there."""
+    """Every item's ``labelled_against`` names exactly one snapshot of ``corpus_root``: a
+    snapshot folder's name, the corpus digest one was frozen with, or the first 12 or more
+    characters of such a digest (as the CLI prints them; ``snapshot_id``, frozen with
+    ``corpus_digest``, counts as frozen). An item labelled against no snapshot (a typo, a date
+    with no folder) would have its gold ids checked against none, so a wrong id would pass as a
+    retrieval miss: it fails naming the first such line, with the snapshot folders there. A
+    digest prefix that more than one snapshot's digest starts with (or that is also the name of
+    a folder frozen with another digest) fails the same way, naming the candidates."""
     values = set(golden.items["labelled_against"].to_list()) - {snapshot_id, corpus_digest}
     if not values:
         return
-    from rag_eval_pipeline.lib.inputs.corpus import MANIFEST_NAME, frozen_digests
+    from rag_eval_pipeline.lib.inputs.corpus import MANIFEST_NAME, find_snapshot, frozen_digests
 
     root = Path(corpus_root)
     folders = sorted(
@@ -257,22 +317,56 @@ def check_labelled_against(
         for entry in (root.iterdir() if root.is_dir() else ())
         if (entry / "documents").is_dir() or (entry / MANIFEST_NAME).is_file()
     )
-    unknown = {value for value in values if value not in folders}
-    if any(len(value) == 64 for value in unknown):  # a digest: the manifests are read once
-        unknown -= frozen_digests(root)
-    if not unknown:
+    # A digest or digest prefix: the manifests are read once (and again only for a match).
+    digests = (
+        frozen_digests(root) | {corpus_digest}
+        if any(_DIGEST_PREFIX.fullmatch(value) for value in values)
+        else set()
+    )
+
+    def frozen_in(digest: str) -> str:  # a folder frozen with ``digest`` (one of the digests)
+        found = None if digest == corpus_digest else find_snapshot(root, digest)
+        return found.name if found is not None else snapshot_id
+
+    problems: dict[str, list[tuple[str, str | None]]] = {}  # label -> the snapshots it names
+    for value in values:
+        named = [
+            (frozen_in(digest), digest)
+            for digest in sorted(digests)
+            if _DIGEST_PREFIX.fullmatch(value) and digest.startswith(value)
+        ]
+        if value in folders:
+            if all(folder == value for folder, _ in named):
+                continue
+            named.insert(0, (value, None))
+        if len(named) != 1:
+            problems[value] = named
+    if not problems:
         return
     first = (
-        golden.items.filter(pl.col("labelled_against").is_in(sorted(unknown)))
+        golden.items.filter(pl.col("labelled_against").is_in(sorted(problems)))
         .sort("line")
         .row(0, named=True)
     )
-    raise GoldenSetError(
+    where = (
         f"{source}:{first['line']}: item '{first['item_id']}' is labelled against "
-        f"{first['labelled_against']!r}, which names no snapshot of {root} (snapshot folders: "
-        f"{', '.join(folders) or 'none'}; a frozen corpus digest also names one): set "
-        "'labelled_against' to the snapshot its gold passages were chosen in, so their ids "
-        "are checked"
+        f"{first['labelled_against']!r}"
+    )
+    candidates = problems[first["labelled_against"]]
+    if candidates:
+        listed = "; ".join(
+            f"folder {folder}" + (f" (corpus digest {digest})" if digest else "")
+            for folder, digest in candidates
+        )
+        raise GoldenSetError(
+            f"{where}, which names {len(candidates)} snapshots of {root}: {listed}: give as many "
+            "characters of the corpus digest as name one of them (or its folder name)"
+        )
+    raise GoldenSetError(
+        f"{where}, which names no snapshot of {root} (snapshot folders: "
+        f"{', '.join(folders) or 'none'}; a frozen corpus digest, or its first "
+        f"{DIGEST_PREFIX_MIN} or more characters, also names one): set 'labelled_against' to "
+        "the snapshot its gold passages were chosen in, so their ids are checked"
     )
 
 
