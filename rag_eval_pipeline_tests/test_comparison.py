@@ -262,10 +262,18 @@ def test_hand_materialized_comparison_across_snapshots_is_blocked(nights, librar
     assert rows == [("comparability", False)]
 
 
-def test_schedule_requests_the_nights_partition_at_two():
+def test_schedule_requests_the_nights_partition_at_two(tmp_path):
     # A night's partition is named by the date the run happens on (end_offset=1), the same
     # date `make nightly` uses, so the 02:00 tick on 29 November evaluates 2026-11-29.
-    defs = build_definitions(Deployment())
+    # The registry holds the checkout's bundled suite file and an on-demand suite, not the
+    # checkout's suites/ folder, where a user's own nightly suite would be requested too.
+    registry = tmp_path / "suites"
+    registry.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "suites" / "procedures.yaml", registry)
+    (registry / "on-demand.yaml").write_text(
+        "golden_set: golden_sets/procedures.jsonl\ncorpus_root: corpus_snapshots\nnightly: false\n"
+    )
+    defs = build_definitions(Deployment(suites=str(registry)))
     schedule = defs.resolve_schedule_def("nightly_eval_schedule")
     with dg.instance_for_test() as instance:
         context = dg.build_schedule_context(
@@ -275,7 +283,8 @@ def test_schedule_requests_the_nights_partition_at_two():
         )
         requests = schedule.evaluate_tick(context).run_requests
         assert instance.get_dynamic_partitions("suite") == ["procedures"]
-    # One partition per nightly suite: the night of the tick and the bundled suite.
+    # One partition per nightly suite: the night of the tick and the bundled suite (the
+    # on-demand suite is neither requested nor added as a partition).
     assert [r.partition_key.split("|")[0] for r in requests] == ["2026-11-29"]
     assert [r.partition_key for r in requests] == ["2026-11-29|procedures"]
     assert requests[0].job_name in (None, "nightly_eval")

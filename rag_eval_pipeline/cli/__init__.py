@@ -6,7 +6,8 @@
 - ``rag-eval rebaseline --partition DATE --reason WHY``: a night tagged for re-baselining;
 - ``rag-eval accept-baseline EVAL_RUN_ID --reason WHY``: a recorded baseline decision;
 - ``rag-eval history [--suite S] [--metric M]``, ``rag-eval compare RUN_A RUN_B``,
-  ``rag-eval summary [EVAL_RUN_ID]``, ``rag-eval suites``;
+  ``rag-eval summary [EVAL_RUN_ID]``, ``rag-eval suites`` (the good suites, then an ``error:``
+  line for each bad suite file, and status 2 if there is one);
 - ``rag-eval freeze SNAPSHOT_DIR``: write a snapshot's manifest digest;
 - ``rag-eval import trec|beir|squad ... --suite NAME``: a public collection as a suite of its own;
 - ``rag-eval export-run EVAL_RUN_ID FILE`` and ``rag-eval evaluate-run QRELS RUN``: TREC files.
@@ -17,6 +18,7 @@ or a release gate that fails exits 1.
 
 import argparse
 import os
+import re
 import sys
 
 from rag_eval_pipeline.cli import data, judge_plan, nightly, runs, serve
@@ -30,8 +32,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
 
 
+def plain(text: str) -> str:
+    """Docstring text as ``--help`` shows it: without the reStructuredText literal markup."""
+    return re.sub(r"``(.+?)``", r"\1", text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="rag-eval", description=__doc__.splitlines()[0])
+    parser = Parser(prog="rag-eval", description=plain(__doc__.splitlines()[0]))
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     nightly.add_commands(commands)
     runs.add_commands(commands)

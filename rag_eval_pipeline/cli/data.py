@@ -1,5 +1,5 @@
 """Inputs and files: ``freeze``, ``import`` (a collection as a suite of its own), ``export-run``,
-``evaluate-run``."""
+``evaluate-run``, and the listing of ``rag-eval suites``."""
 
 import argparse
 import datetime as dt
@@ -232,7 +232,9 @@ def add_commands(commands) -> None:
     freeze = commands.add_parser(
         "freeze", help="write a snapshot's manifest digest and store its documents once"
     )
-    freeze.add_argument("snapshot_dir", type=Path)
+    freeze.add_argument(
+        "snapshot_dir", type=Path, help="the snapshot folder (<corpus_root>/<YYYY-MM-DD>)"
+    )
     freeze.add_argument(
         "--no-store",
         action="store_true",
@@ -243,7 +245,9 @@ def add_commands(commands) -> None:
     importer = commands.add_parser(
         "import", help="import TREC-layout, BEIR or SQuAD 2.0 data as a suite of its own"
     )
-    importer.add_argument("format", choices=["trec", "beir", "squad"])
+    importer.add_argument(
+        "format", choices=["trec", "beir", "squad"], help="the collection's format"
+    )
     importer.add_argument(
         "source", help="trec: docs.jsonl; beir: the collection folder; squad: the SQuAD JSON"
     )
@@ -256,23 +260,36 @@ def add_commands(commands) -> None:
         default=dt.date.today().isoformat(),
         help="name of the snapshot folder (default today)",
     )
-    importer.add_argument("--snapshot-dir", help="default suites/<suite>/corpus_snapshots/<date>")
-    importer.add_argument("--golden", help="golden-set JSONL to write (default suites/<suite>/)")
+    importer.add_argument(
+        "--snapshot-dir",
+        help="snapshot folder to write (default suites/<suite>/corpus_snapshots/<date>)",
+    )
+    importer.add_argument(
+        "--golden", help="golden-set JSONL to write (default suites/<suite>/golden.jsonl)"
+    )
     importer.add_argument(
         "--labelled-against",
         help="the snapshot's folder name or corpus digest (default: the frozen corpus digest)",
     )
-    importer.add_argument("--effective-date", type=project.night, default="2026-01-01")
-    importer.add_argument("--grade-map", help="source:target grades, e.g. 4:3,3:2,2:2,1:2")
+    importer.add_argument(
+        "--effective-date",
+        type=project.night,
+        default="2026-01-01",
+        help="effective_date of every imported document (YYYY-MM-DD); default 2026-01-01",
+    )
+    importer.add_argument(
+        "--grade-map",
+        help="source:target grades, e.g. 4:3,3:2,2:2,1:2 (default: top grade to 3, other positive to 2)",
+    )
     importer.add_argument(
         "--nightly", action="store_true", help="evaluate the suite in the 02:00 schedule too"
     )
-    importer.add_argument("--json", action="store_true")
+    importer.add_argument("--json", action="store_true", help="the import's summary as JSON")
     importer.set_defaults(handler=command_import)
 
     export = commands.add_parser("export-run", help="write a run's retrieval as a TREC run file")
-    export.add_argument("eval_run_id")
-    export.add_argument("output", type=Path)
+    export.add_argument("eval_run_id", help="the evaluation run whose retrieval is written")
+    export.add_argument("output", type=Path, help="the TREC run file to write")
     export.add_argument("--tag", help="run tag (default rag_eval)")
     export.add_argument(
         "--doc-ids", action="store_true", help="document ids (best passage) instead of passage ids"
@@ -280,12 +297,26 @@ def add_commands(commands) -> None:
     export.set_defaults(handler=command_export_run)
 
     evaluate = commands.add_parser("evaluate-run", help="evaluate a TREC run against TREC qrels")
-    evaluate.add_argument("qrels", type=Path)
-    evaluate.add_argument("run", type=Path)
-    evaluate.add_argument("-m", "--measure", action="append", help="e.g. nDCG@10, P@5, RR, AP")
-    evaluate.add_argument("--rel-level", type=int, default=1, help="grade counted relevant")
-    evaluate.add_argument("--per-query", action="store_true")
-    evaluate.add_argument("--json", action="store_true")
+    evaluate.add_argument("qrels", type=Path, help="TREC qrels file")
+    evaluate.add_argument("run", type=Path, help="TREC run file")
+    evaluate.add_argument(
+        "-m",
+        "--measure",
+        action="append",
+        help=f"e.g. nDCG@10, P@5, RR, AP; repeat for more; default {', '.join(DEFAULT_MEASURES)}",
+    )
+    evaluate.add_argument(
+        "--rel-level",
+        type=int,
+        default=1,
+        help="lowest grade counted relevant, as trec_eval -l; default 1",
+    )
+    evaluate.add_argument(
+        "--per-query", action="store_true", help="each query's value too, before the averages"
+    )
+    evaluate.add_argument(
+        "--json", action="store_true", help="JSON, with ci_low, ci_high and n for each measure"
+    )
     evaluate.add_argument(
         "-c", "--complete", action="store_true", help="score queries missing from the run as 0"
     )

@@ -206,11 +206,17 @@ def add_commands(commands) -> None:
     plan = commands.add_parser(
         "judge-plan", help="what judging a night would take (calls, tokens, cost), before a run"
     )
-    plan.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
+    plan.add_argument(
+        "--suite",
+        default=DEFAULT_SUITE,
+        help=f"suite to plan the night of; default {DEFAULT_SUITE}",
+    )
     plan.add_argument("--partition", type=project.night, help="night (YYYY-MM-DD); default today")
     plan.add_argument("--config", help="run configuration YAML, as for rag-eval nightly")
     plan.add_argument(
-        "--price-per-1k", type=float, help=f"price per 1,000 tokens (default ${PRICE_ENV})"
+        "--price-per-1k",
+        type=float,
+        help=f"price per 1,000 tokens (default ${PRICE_ENV}, else the judge's price_per_1k_tokens)",
     )
     plan.add_argument("--json", action="store_true", help="the plan as JSON")
     plan.set_defaults(handler=command_judge_plan)

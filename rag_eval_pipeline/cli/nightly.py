@@ -527,7 +527,12 @@ def add_commands(commands) -> None:
     )
     nightly.add_argument("--timings", action="store_true", help="print where the time went")
     nightly.add_argument("--verbose", action="store_true", help="show Dagster's debug log")
-    nightly.add_argument("--no-summary", dest="print_summary", action="store_false")
+    nightly.add_argument(
+        "--no-summary",
+        dest="print_summary",
+        action="store_false",
+        help="do not print the run's summary (errors, gates and the guard's line still are)",
+    )
     nightly.add_argument(
         "--no-guard",
         dest="guard",
@@ -539,7 +544,7 @@ def add_commands(commands) -> None:
     rebaseline = commands.add_parser(
         "rebaseline", help="run a night tagged for re-baselining, then the rebaseline job"
     )
-    rebaseline.add_argument("--suite", default=DEFAULT_SUITE)
+    rebaseline.add_argument("--suite", default=DEFAULT_SUITE, help=f"default {DEFAULT_SUITE}")
     rebaseline.add_argument("--partition", type=project.night, help="night; default today")
     rebaseline.add_argument(
         "--reason",
@@ -547,5 +552,5 @@ def add_commands(commands) -> None:
         help="what changed (the corpus, the golden set, the measure definitions) and why",
     )
     rebaseline.add_argument("--requested-by", help="who asks (default: $USER)")
-    rebaseline.add_argument("--verbose", action="store_true")
+    rebaseline.add_argument("--verbose", action="store_true", help="show Dagster's debug log")
     rebaseline.set_defaults(handler=command_rebaseline)

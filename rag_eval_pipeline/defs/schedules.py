@@ -3,6 +3,10 @@
 A suite is evaluated by the schedule when its suite file says ``nightly: true``. The schedule is
 created stopped, as Dagster schedules are by default: turn it on in the UI (Automation) or with
 ``dagster schedule start nightly_eval_schedule``; ``make daemon`` runs the daemon that ticks it.
+
+A suite file that cannot be read (bad YAML, a bad field) does not stop the other suites' nights:
+the tick requests every good nightly suite and logs an error naming each bad file (the tick's
+log in the UI); with no good nightly suite left, the tick fails with those errors.
 """
 
 import datetime as dt
@@ -11,11 +15,13 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 
 from rag_eval_pipeline.defs.partitions import SUITE, partition_key
-from rag_eval_pipeline.lib.inputs.suites import list_suites
+from rag_eval_pipeline.lib.inputs.suites import SuiteError, scan_suites
 
 
-def nightly_suites(registry: str) -> list[str]:
-    return [suite.name for suite in list_suites(registry) if suite.nightly]
+def nightly_suites(registry: str) -> tuple[list[str], list[SuiteError]]:
+    """The nightly suites' names, and an error for each suite file that could not be read."""
+    suites, problems = scan_suites(registry)
+    return [suite.name for suite in suites if suite.nightly], problems
 
 
 def build_nightly_schedule(job, timezone: str, registry: str) -> dg.ScheduleDefinition:
@@ -32,7 +38,11 @@ def build_nightly_schedule(job, timezone: str, registry: str) -> dg.ScheduleDefi
         partition first)."""
         moment = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
         night = moment.astimezone(ZoneInfo(timezone)).date().isoformat()
-        suites = nightly_suites(registry)
+        suites, problems = nightly_suites(registry)
+        for problem in problems:
+            context.log.error(f"suite file left out of the night {night}: {problem}")
+        if not suites and problems:
+            raise SuiteError("; ".join(str(problem) for problem in problems))
         if not suites:
             return dg.SkipReason(f"no suite in {registry} says nightly: true")
         known = set(context.instance.get_dynamic_partitions(SUITE))

@@ -6,17 +6,23 @@ A suite is one YAML file ``<registry>/<name>.yaml`` (the registry folder is ``su
     description: The bundled procedure library.
     golden_set: golden_sets/procedures.jsonl      # the labelled questions
     corpus_root: corpus_snapshots                 # folders of dated snapshots
-    snapshot: auto                                # or one snapshot folder's name
+    snapshot: auto                                # or one snapshot folder's name (2026-11-01)
     human_labels: golden_sets/procedures.human_labels.jsonl   # optional, for judge calibration
     trace_store: ""                               # optional production traces for the judge
     nightly: true                                 # evaluated by the 02:00 schedule
 
-Relative paths are taken from the project folder (``lib.paths``). The suite is one dimension of
-the nightly partitions, beside the night: two suites evaluated on one night never share a Dagster
-materialization, a baseline or a history. ``rag-eval import`` writes a collection into a suite of
-its own (``suites/<name>/`` and ``suites/<name>.yaml``), never into another suite's folders.
+Relative paths are taken from the project folder (``lib.paths``). A field naming a folder or a
+file may be a bare date (``snapshot: 2026-11-01``), which YAML reads as a date: it is taken as its
+ISO text, the folder's name. The suite is one dimension of the nightly partitions, beside the
+night: two suites evaluated on one night never share a Dagster materialization, a baseline or a
+history. ``rag-eval import`` writes a collection into a suite of its own (``suites/<name>/`` and
+``suites/<name>.yaml``), never into another suite's folders.
+
+``list_suites`` (the schedule's) refuses a registry holding a bad suite file, naming it;
+``scan_suites`` (``rag-eval suites``) returns the good suites and an error for each bad file.
 """
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +45,9 @@ FIELDS = {
     "nightly": bool,
 }
 REQUIRED = ("golden_set", "corpus_root")
+# Fields naming a folder or a file: snapshot folders are named by their date, so a bare
+# ``2026-11-01`` (a YAML date) is its ISO text, the name written.
+NAMES_A_PATH = ("golden_set", "corpus_root", "snapshot", "human_labels", "trace_store")
 
 
 class SuiteError(ConfigError):
@@ -93,6 +102,17 @@ def suite_file(registry: Path | str, name: str) -> Path:
     return project_path(registry) / f"{check_suite_name(name)}.yaml"
 
 
+def folder_name(value: object, field: str, source: Path) -> object:
+    """A path field's value, a YAML date (``2026-11-01``) as its ISO text; a date with a time is
+    refused, as its text would not be the one written."""
+    if isinstance(value, dt.datetime):
+        raise SuiteError(
+            f"{source}: '{field}' must be a folder or file name, got the timestamp "
+            f"{value.isoformat(sep=' ')} (quote it)"
+        )
+    return value.isoformat() if isinstance(value, dt.date) else value
+
+
 def parse_suite(name: str, text: str, source: Path) -> Suite:
     """A suite from its file's text; every problem names the file and the field."""
     try:
@@ -104,10 +124,15 @@ def parse_suite(name: str, text: str, source: Path) -> Suite:
     unknown = sorted(set(document) - set(FIELDS))
     if unknown:
         raise SuiteError(f"{source}: unknown field(s) {', '.join(unknown)}")
+    for field in NAMES_A_PATH:
+        document[field] = folder_name(document.get(field), field, source)
     for field, kind in FIELDS.items():
         value = document.get(field)
         if value is not None and not isinstance(value, kind):
-            raise SuiteError(f"{source}: '{field}' must be a {kind.__name__}, got {value!r}")
+            raise SuiteError(
+                f"{source}: '{field}' must be a {kind.__name__}, got {type(value).__name__} "
+                f"{value!r}" + (" (quote it)" if kind is str else "")
+            )
     for field in REQUIRED:
         if not document.get(field):
             raise SuiteError(f"{source}: '{field}' is required")
@@ -129,24 +154,45 @@ def parse_suite(name: str, text: str, source: Path) -> Suite:
 
 
 def load_suite(registry: Path | str, name: str) -> Suite:
-    """The suite ``name`` of the registry folder; an unknown name lists the known ones."""
+    """The suite ``name`` of the registry folder; an unknown name lists the known ones (by file
+    name: another suite's bad file does not hide the unknown name)."""
     path = suite_file(registry, name)
     if not path.is_file():
-        known = ", ".join(s.name for s in list_suites(registry)) or "none"
-        raise SuiteError(f"{path}: no suite named {name!r} (suites: {known})")
+        known = ", ".join(p.stem for p in suite_files(registry) if SUITE_NAME.match(p.stem))
+        raise SuiteError(f"{path}: no suite named {name!r} (suites: {known or 'none'})")
     return parse_suite(name, path.read_text(encoding="utf-8"), path)
 
 
-def list_suites(registry: Path | str) -> list[Suite]:
-    """Every suite of the registry folder, by name."""
+def suite_files(registry: Path | str) -> list[Path]:
+    """The ``*.yaml`` files of the registry folder, by name (hidden files left out)."""
     folder = project_path(registry)
     if not folder.is_dir():
         return []
-    return [
-        parse_suite(path.stem, path.read_text(encoding="utf-8"), path)
-        for path in sorted(folder.glob("*.yaml"))
-        if SUITE_NAME.match(path.stem)
-    ]
+    return [path for path in sorted(folder.glob("*.yaml")) if not path.name.startswith(".")]
+
+
+def scan_suites(registry: Path | str) -> tuple[list[Suite], list[SuiteError]]:
+    """Every suite file of the registry folder, by name: the suites read, and one error for each
+    file that is not a suite (a bad field, bad YAML, a file name that is not a suite name)."""
+    suites, problems = [], []
+    for path in suite_files(registry):
+        try:
+            check_suite_name(path.stem, f"{path}: the file name")
+            suites.append(parse_suite(path.stem, path.read_text(encoding="utf-8"), path))
+        except SuiteError as error:
+            problems.append(error)
+        except (OSError, UnicodeDecodeError) as error:
+            problems.append(SuiteError(f"{path}: cannot be read: {error}"))
+    return suites, problems
+
+
+def list_suites(registry: Path | str) -> list[Suite]:
+    """Every suite of the registry folder, by name; a bad suite file is an error naming it (every
+    bad file, when there are several)."""
+    suites, problems = scan_suites(registry)
+    if problems:
+        raise SuiteError("; ".join(str(problem) for problem in problems))
+    return suites
 
 
 def write_suite(registry: Path | str, suite: Suite) -> Path:
