@@ -225,6 +225,34 @@ def test_comparison_breaks_name_corpus_and_definition_changes():
     assert list(charts.comparison_breaks(history.drop("measures_version"))) == [2, 3]
 
 
+def test_a_change_of_golden_set_breaks_the_trend_and_is_named():
+    """Runs on another golden set do not compare (rag-eval compare refuses them): with a
+    ``golden_digest`` column the line breaks there too, labelled with the new digest."""
+    history = pl.DataFrame(
+        {
+            "partition_date": ["2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"],
+            "eval_run_id": ["r1", "r2", "r3", "r4"],
+            "corpus_digest": ["a" * 64, "a" * 64, "a" * 64, "b" * 64],
+            "golden_digest": ["1" * 64, "2" * 64, "2" * 64, "3" * 64],
+            "value": [0.8, 0.7, 0.72, 0.9],
+            "ci_low": [0.7, 0.6, 0.62, 0.8],
+            "ci_high": [0.9, 0.8, 0.82, 0.95],
+        }
+    )
+    assert charts.comparison_breaks(history) == {
+        1: ["golden set changed to 22222222"],
+        3: ["corpus changed to bbbbbbbb", "golden set changed to 33333333"],
+    }
+    figure = charts.metric_trend_figure(history, "Success@5")
+    assert sorted(set(line.get_xdata()).pop() for line in dashed_vertical_lines(figure)) == [
+        0.5,
+        2.5,
+    ]
+    assert "golden set changed\nto 22222222" in texts(figure)
+    # Without the column (the report's history keeps to one golden set), it breaks nothing.
+    assert list(charts.comparison_breaks(history.drop("golden_digest"))) == [3]
+
+
 def test_a_change_of_measure_definitions_breaks_the_trend_and_is_noted(report_data, runs):
     """The first night recorded before the definitions were versioned: the trend's one break
     (between the nights, where the corpus also changed) names both changes, and the history
@@ -438,3 +466,21 @@ def test_data_uri_and_markdown_image_round_trip(rendered):
     assert charts.markdown_image("a [b] c", png) == f"![a \\[b\\] c]({uri})"
     with pytest.raises(ValueError, match="PNG signature"):
         charts.png_data_uri(b"GIF89a")
+
+
+def test_the_html_report_shows_the_gates_and_the_calls_as_the_summary_does(report_data, rendered):
+    """The page lists every release gate checked on the run (gate_results), the calls to the
+    system under test, and says where the comparison with the baseline is."""
+    page = report.report_html(report_data, rendered)
+    gates = report_data["headline"]["gates"]
+    assert gates, "the bundled gates are checked on every night"
+    passed = sum(1 for gate in gates if gate["passed"])
+    assert f"Release gates (release_gates.yaml, version 1): {passed} passed" in page
+    section = page[page.index("Release gates (") :]
+    for gate in gates:
+        assert f"<td>{gate['gate']}</td><td>{gate['status']}</td>" in section
+    assert "<td>system errors</td>" in page
+    assert "Comparison with the baseline" in page and "rag-eval compare" in page
+    # Without gate results recorded (an earlier warehouse), no gates section is claimed.
+    without = {**report_data, "headline": {**report_data["headline"], "gates": None}}
+    assert "Release gates (" not in report.report_html(without, rendered)

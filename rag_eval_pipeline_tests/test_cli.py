@@ -178,7 +178,7 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
         for line in history.stdout.splitlines()
         if line[:1] in ("*", " ") and "2026-10-1" in line
     ]
-    assert len(rows) == 2 and rows[0].startswith("* 2026-10-15")
+    assert len(rows) == 2 and rows[0].startswith("*  2026-10-15")
     # A comparison's name for a rate is not a table's: the refusal lists the names there are.
     unknown = rag_eval("history", "--metric", "false_refusal", env=env)
     assert unknown.returncode == 2
@@ -196,10 +196,173 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
         "accept-baseline", run_a, "--reason", "threshold review", "--requested-by", "qa", env=env
     )
     assert accepted.returncode == 0 and f"previous: {run_b}" in accepted.stdout
-    history = rag_eval("history", env=env).stdout
-    assert any(line.startswith("* 2026-10-16") for line in history.splitlines())
+    history = rag_eval("history", env=env).stdout.splitlines()
+    # Only the current baseline is starred; the one it replaced is a former baseline.
+    assert [line[:13] for line in history if "2026-10-1" in line] == [
+        "+  2026-10-15",
+        "*  2026-10-16",
+    ]
     refused = rag_eval("rebaseline", "--partition", "2026-10-17", "--reason", " ", env=env)
     assert refused.returncode == 2 and "needs a reason" in refused.stderr
+
+
+def cli_environment(library: Path, tmp_path: Path) -> dict:
+    """A fresh Dagster home and warehouse for the fixture suite, gated on regression only."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    gates = write(
+        tmp_path / "gates.yaml", "version: 1\ngates:\n  - name: no_significant_regression\n"
+    )
+    return {
+        "DAGSTER_HOME": str(home),
+        "RAG_EVAL_WAREHOUSE": str(tmp_path / "w.duckdb"),
+        "RAG_EVAL_GATES": str(gates),
+        "RAG_EVAL_SUITES": str(fixture_suites(library)),
+    }
+
+
+def fixture_night(env: dict, partition: str) -> None:
+    """``rag-eval nightly`` of the fixture suite, with the threshold that suits its corpus."""
+    config = Path(env["DAGSTER_HOME"]).parent / "run.yaml"
+    config.write_text(
+        yaml.safe_dump({"resources": {"system": {"config": {"evidence_threshold": 1.0}}}})
+    )
+    done = rag_eval(
+        "nightly", "--suite", "golden", "--partition", partition, "--config", str(config),
+        "--no-summary", env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_history_marks_golden_set_and_corpus_changes_and_accept_baseline_warns(library, tmp_path):
+    """Three nights: 2026-10-15; 2026-10-16 on a reworded golden set; 2026-11-02 on a new
+    corpus snapshot. Each change breaks the history as compare refuses across it, only the
+    current baseline is starred, and a baseline the newest night does not compare with is
+    accepted with a warning naming both corpus digests."""
+    from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
+
+    env = cli_environment(library, tmp_path)
+    fixture_night(env, "2026-10-15")
+    golden = library / "golden.jsonl"
+    golden.write_text(golden.read_text().replace("how soon do", "how quickly do"))
+    fixture_night(env, "2026-10-16")
+    snapshot = library / "2026-11-01"
+    shutil.copytree(library / "2026-10-01", snapshot)
+    log = snapshot / "documents" / "CLEAN-LOG-001@v1.md"
+    log.write_text(log.read_text().replace("12 months", "24 months"))
+    freeze_snapshot(snapshot)
+    fixture_night(env, "2026-11-02")
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
+        runs = db.sql(
+            "SELECT partition_date, eval_run_id, corpus_digest, golden_digest FROM eval_runs "
+            "ORDER BY partition_date"
+        ).fetchall()
+    (_, first, corpus, golden_1), (_, second, _, golden_2), (_, third, corpus_3, _) = runs
+
+    compare = rag_eval("compare", second, first, env=env)
+    assert compare.returncode == 1 and "golden-set digest" in compare.stdout
+    history = rag_eval("history", "--suite", "golden", env=env)
+    assert history.returncode == 0, history.stderr
+    lines = history.stdout.splitlines()
+    assert "* current baseline, + former baseline, R re-baseline run" in lines[0]
+    assert "| corpus, golden set or measure definitions changed: not comparable" in lines[0]
+    assert len(lines) == 7 and lines[1] == "suite golden:"
+    assert lines[2].startswith("*  2026-10-15  1.0000 ") and first in lines[2]
+    assert lines[3] == f"  | golden set changed: {golden_1[:12]} -> {golden_2[:12]}"
+    assert lines[4].startswith("   2026-10-16  1.0000 ") and second in lines[4]
+    assert lines[5] == f"  | corpus changed: {corpus[:12]} -> {corpus_3[:12]} (snapshot 2026-11-01)"
+    assert lines[6].startswith("   2026-11-02  1.0000 ") and third in lines[6]
+
+    # A run on another corpus than the newest night's: accepted, with a warning.
+    accepted = rag_eval("accept-baseline", second, "--reason", "reworded", env=env)
+    assert accepted.returncode == 0, accepted.stderr
+    assert f"{second} is now the baseline of suite golden (previous: {first})" in accepted.stdout
+    [warning] = accepted.stderr.splitlines()
+    assert warning.startswith("warning: every later night measured like the newest of suite ")
+    assert f"(2026-11-02, run {third}) will be skipped by the comparison guard" in warning
+    assert f"corpus digest {corpus_3[:12]} (run {third}) differs from {corpus[:12]}" in warning
+    marks = [line[:13] for line in rag_eval("history", env=env).stdout.splitlines()[2:]]
+    assert [mark for mark in marks if "2026-" in mark] == [
+        "+  2026-10-15",
+        "*  2026-10-16",
+        "   2026-11-02",
+    ]
+    # The current baseline accepted again: said so, nothing recorded.
+    again = rag_eval("accept-baseline", second, "--reason", "again", env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (
+        f"{second} is already the baseline of suite golden: nothing recorded"
+    )
+    assert again.stderr == ""
+    newest = rag_eval("accept-baseline", third, "--reason", "new corpus", env=env)
+    assert newest.returncode == 0 and newest.stderr == ""
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
+        decisions = db.sql(
+            "SELECT eval_run_id, previous_baseline_run_id FROM baseline_decisions "
+            "ORDER BY decided_at"
+        ).fetchall()
+    assert decisions == [(first, None), (second, first), (third, second)]
+
+
+def test_history_says_where_a_metric_was_not_measured(library, tmp_path):
+    """faithfulness is a metric of the warehouse; runs of a suite without a figure of it are
+    left out and counted, and a suite where no run has one is said to be so."""
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+    env = cli_environment(library, tmp_path)
+    for partition in ("2026-10-15", "2026-10-16", "2026-10-17"):
+        fixture_night(env, partition)
+    warehouse = Warehouse(Path(env["RAG_EVAL_WAREHOUSE"]))
+
+    def without_faithfulness(partition: str) -> None:
+        with warehouse.writing() as connection:
+            connection.execute(
+                "DELETE FROM generation_metrics WHERE metric = 'faithfulness' AND eval_run_id IN "
+                "(SELECT eval_run_id FROM eval_run_records WHERE partition_date = $night)",
+                {"night": partition},
+            )
+
+    without_faithfulness("2026-10-15")
+    history = rag_eval("history", "--suite", "golden", "--metric", "faithfulness", env=env)
+    assert history.returncode == 0, history.stderr
+    rows = [line[3:13] for line in history.stdout.splitlines() if line[3:8] == "2026-"]
+    assert rows == ["2026-10-16", "2026-10-17"]
+    assert history.stdout.splitlines()[-1] == (
+        "  (1 completed run(s) left out: faithfulness was not measured in them)"
+    )
+    # The other nights move to a suite of their own (one no longer in the suite registry).
+    without_faithfulness("2026-10-16")
+    with warehouse.writing() as connection:
+        connection.execute(
+            "UPDATE eval_run_records SET suite = 'elsewhere' WHERE partition_date = '2026-10-17'"
+        )
+    refused = rag_eval("history", "--suite", "golden", "--metric", "faithfulness", env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "error: faithfulness was not measured in any run of suite golden: none of its 2 "
+        f"completed run(s) in {env['RAG_EVAL_WAREHOUSE']} has a figure of it"
+    )
+    elsewhere = rag_eval("history", "--suite", "elsewhere", "--metric", "faithfulness", env=env)
+    assert elsewhere.returncode == 0 and "  2026-10-17  1.0000" in elsewhere.stdout
+    every = rag_eval("history", "--metric", "faithfulness", env=env).stdout
+    assert "suite golden:\n  (2 completed run(s) left out: faithfulness was not measured" in every
+
+
+def test_every_option_of_the_run_commands_says_what_it_does():
+    import argparse
+
+    from rag_eval_pipeline.cli import build_parser
+
+    [commands] = [
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    ]
+    for name in ("summary", "history", "compare", "accept-baseline", "suites"):
+        command = commands.choices[name]
+        for action in command._actions:
+            assert action.help, f"rag-eval {name}: {action.dest} has no help"
 
 
 def test_import_rejects_bad_beir_input(tmp_path):
@@ -236,6 +399,10 @@ def test_import_rejects_bad_beir_input(tmp_path):
         (["nightly", "--suite", "no-such-suite"], "no suite named 'no-such-suite'"),
         (["nightly", "--suite", "Bad Name"], "--suite 'Bad Name': use lowercase letters"),
         (["summary", "2026-10-15-000000000000"], "no evaluation run '2026-10-15-000000000000'"),
+        (["summary", "--suite", "nosuch"], "no suite named 'nosuch' (suites: "),
+        (["summary", "--suite", "procedures"], "no completed evaluation run of suite procedures"),
+        (["history", "--suite", "nosuch"], "no suite named 'nosuch' (suites: "),
+        (["history", "--suite", "procedures"], "no evaluation run of suite procedures"),
         (["compare", "a-run", "b-run"], "no evaluation run 'a-run'"),
         (["export-run", "no-run", "out.trec"], "no retrieval results for run 'no-run'"),
         (["accept-baseline", "no-run", "--reason", "x"], "no evaluation run 'no-run'"),
@@ -246,7 +413,7 @@ def test_import_rejects_bad_beir_input(tmp_path):
 )
 def test_every_bad_argument_is_one_error_line(tmp_path, arguments, message):
     warehouse = tmp_path / "w.duckdb"
-    if arguments[0] in ("summary", "compare", "export-run", "accept-baseline"):
+    if arguments[0] in ("summary", "history", "compare", "export-run", "accept-baseline"):
         env = {"RAG_EVAL_WAREHOUSE": str(warehouse)}
         from rag_eval_pipeline.lib.store.warehouse import Warehouse
 

@@ -1,15 +1,27 @@
 """Reading and deciding about runs: ``summary``, ``history``, ``compare``, ``accept-baseline``,
-``suites``."""
+``suites``. (``rebaseline`` is in ``cli.nightly``: it runs a night.)"""
 
 import argparse
 import json
 import os
+import sys
 
 from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.cli.nightly import comparison_line
 from rag_eval_pipeline.lib.errors import ConfigError
-from rag_eval_pipeline.lib.inputs.suites import check_suite_name, list_suites
+from rag_eval_pipeline.lib.inputs.suites import check_suite_name, load_suite, scan_suites
 from rag_eval_pipeline.lib.store.sql import sql_query
+
+
+def suite_with_runs(connection, name: str) -> bool:
+    """Whether ``--suite NAME`` of a command that reads runs names a suite with runs in the
+    warehouse. A suite with none must be one of the suite registry (``load_suite``, which names
+    the known suites, as ``rag-eval nightly`` does); one with runs may have left it since."""
+    check_suite_name(name, "--suite")
+    if name in {row[0] for row in connection.sql(sql_query("history", "suites")).fetchall()}:
+        return True
+    load_suite(project.deployment().suites, name)
+    return False
 
 
 def command_summary(args: argparse.Namespace) -> int:
@@ -18,9 +30,12 @@ def command_summary(args: argparse.Namespace) -> int:
 
     warehouse = project.existing_warehouse()
     with warehouse.reading() as connection:
+        if args.suite and not args.eval_run_id:
+            suite_with_runs(connection, args.suite)
         run_id = args.eval_run_id or latest_complete_run(connection, args.suite)
         if run_id is None:
-            raise ConfigError(f"{warehouse.path}: no completed evaluation run")
+            of_suite = f" of suite {args.suite}" if args.suite else ""
+            raise ConfigError(f"{warehouse.path}: no completed evaluation run{of_suite}")
         try:
             headline = headline_from_tables(connection, run_id)
         except KeyError:
@@ -32,48 +47,76 @@ def command_summary(args: argparse.Namespace) -> int:
     return 0 if headline["status"] == "complete" else 1
 
 
+def history_mark(row: dict) -> str:
+    """The two-character mark of a history row: ``*`` the suite's current baseline, ``+`` a
+    former baseline, then ``R`` a re-baseline run."""
+    accepted = "*" if row["is_current_baseline"] else "+" if row["is_baseline"] else " "
+    return accepted + ("R" if row["rebaseline_for"] else " ")
+
+
 def command_history(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.runs.record import measures_of
     from rag_eval_pipeline.lib.store.warehouse import read_frame
 
     warehouse = project.existing_warehouse()
     with warehouse.reading() as connection:
-        suites = (
-            [check_suite_name(args.suite, "--suite")]
-            if args.suite
-            else [row[0] for row in connection.sql(sql_query("history", "suites")).fetchall()]
-        )
+        if args.suite:
+            if not suite_with_runs(connection, args.suite):
+                raise ConfigError(f"{warehouse.path}: no evaluation run of suite {args.suite}")
+            suites = [args.suite]
+        else:
+            suites = [row[0] for row in connection.sql(sql_query("history", "suites")).fetchall()]
+        names = [row[0] for row in connection.sql(sql_query("history", "metrics")).fetchall()]
+        if args.metric not in names:
+            raise ConfigError(
+                f"no runs with {args.metric} in {warehouse.path}; --metric names one of: "
+                + ", ".join(names)
+            )
         query = sql_query("history", "metric_by_night")
         histories = {
             suite: read_frame(connection, query, {"metric": args.metric, "suite": suite}).to_dicts()
             for suite in suites
         }
-        if not any(rows for rows in histories.values()):
-            names = [row[0] for row in connection.sql(sql_query("history", "metrics")).fetchall()]
-            raise ConfigError(
-                f"no runs with {args.metric} in {warehouse.path}; --metric names one of: "
-                + ", ".join(names)
-            )
+    shown = {
+        suite: [row for row in rows if row["measured"] or not row["complete"]]
+        for suite, rows in histories.items()
+    }
+    left_out = {
+        suite: sum(row["complete"] and not row["measured"] for row in rows)
+        for suite, rows in histories.items()
+    }
+    if args.suite and not shown[args.suite]:
+        raise ConfigError(
+            f"{args.metric} was not measured in any run of suite {args.suite}: none of its "
+            f"{left_out[args.suite]} completed run(s) in {warehouse.path} has a figure of it"
+        )
     print(
-        f"{args.metric} by night (* baseline, R re-baseline run, "
-        "| corpus or measure definitions changed: not comparable across)"
+        f"{args.metric} by night (* current baseline, + former baseline, R re-baseline run; "
+        "| corpus, golden set or measure definitions changed: not comparable across)"
     )
-    for suite, rows in histories.items():
-        if not rows:
-            continue
+    for suite, rows in shown.items():
         print(f"suite {suite}:")
-        previous = measured = None
+        previous = None
         for row in rows:
-            run_id, digest, measures = row["eval_run_id"], row["corpus_digest"], measures_of(row)
-            if previous is not None and digest != previous:
-                print(
-                    f"  | corpus changed: {previous[:12]} -> {digest[:12]} "
-                    f"(snapshot {row['snapshot_id']})"
-                )
-            if measured is not None and measures != measured:
-                print(f"  | measure definitions changed: {measured} -> {measures}")
-            previous, measured = digest, measures
-            mark = "R" if row["rebaseline_for"] else ("*" if row["is_baseline"] else " ")
+            run_id, digest = row["eval_run_id"], row["corpus_digest"]
+            if previous is not None:
+                if digest != previous["corpus_digest"]:
+                    print(
+                        f"  | corpus changed: {previous['corpus_digest'][:12]} -> {digest[:12]} "
+                        f"(snapshot {row['snapshot_id']})"
+                    )
+                if row["golden_digest"] != previous["golden_digest"]:
+                    print(
+                        f"  | golden set changed: {previous['golden_digest'][:12]} -> "
+                        f"{row['golden_digest'][:12]}"
+                    )
+                if measures_of(row) != measures_of(previous):
+                    print(
+                        f"  | measure definitions changed: {measures_of(previous)} -> "
+                        f"{measures_of(row)}"
+                    )
+            previous = row
+            mark = history_mark(row)
             night, value, low, n = row["partition_date"], row["value"], row["ci_low"], row["n"]
             if row["status"] != "complete":
                 print(
@@ -82,8 +125,16 @@ def command_history(args: argparse.Namespace) -> int:
                 )
                 continue
             interval = f"[{low:.3f}, {row['ci_high']:.3f}]" if low is not None else ""
-            shown = f"{value:.4f}" if value is not None else "not measured"
-            print(f"{mark} {night}  {shown} {interval:<16} n={n:<4} {run_id}  corpus {digest[:12]}")
+            shown_value = f"{value:.4f}" if value is not None else "not measured"
+            print(
+                f"{mark} {night}  {shown_value} {interval:<16} n={n:<4} {run_id}  "
+                f"corpus {digest[:12]}"
+            )
+        if left_out[suite]:
+            print(
+                f"  ({left_out[suite]} completed run(s) left out: {args.metric} was not "
+                "measured in them)"
+            )
     return 0
 
 
@@ -112,7 +163,9 @@ def command_compare(args: argparse.Namespace) -> int:
 
 
 def command_accept_baseline(args: argparse.Namespace) -> int:
-    from rag_eval_pipeline.lib.runs.baselines import accept_baseline
+    from rag_eval_pipeline.lib.runs.baselines import accept_baseline, newest_night
+    from rag_eval_pipeline.lib.runs.record import comparability
+    from rag_eval_pipeline.lib.runs.registry import run_row
 
     if not args.reason.strip():
         raise ConfigError("a baseline decision needs a reason (--reason)")
@@ -125,33 +178,57 @@ def command_accept_baseline(args: argparse.Namespace) -> int:
             reason=args.reason,
             requested_by=args.requested_by or os.environ.get("USER") or "unknown",
         )
+        run = run_row(connection, args.eval_run_id)
+        newest = newest_night(connection, run["suite"])
+    if decision is None:
+        print(
+            f"{args.eval_run_id} is already the baseline of suite {run['suite']}: nothing recorded"
+        )
+        return 0
     print(
         f"{args.eval_run_id} is now the baseline of suite {decision['suite']} "
         f"(previous: {decision['previous']}): {args.reason}"
     )
+    comparable, reason = comparability(newest, run)
+    if not comparable:
+        print(
+            f"warning: every later night measured like the newest of suite {run['suite']} "
+            f"({newest['partition_date']}, run {newest['eval_run_id']}) will be skipped by the "
+            f"comparison guard, not compared with this baseline: {reason}",
+            file=sys.stderr,
+        )
     return 0
 
 
 def command_suites(args: argparse.Namespace) -> int:
+    """Every suite that can be used; then each bad suite file, one ``error:`` line each, and
+    status 2, so one bad file neither hides the others nor goes unnoticed by a script."""
     registry = project.deployment().suites
-    suites = list_suites(registry)
-    if not suites:
+    suites, problems = scan_suites(registry)
+    if not suites and not problems:
         raise ConfigError(f"{registry}: no suite files")
     for suite in suites:
         nightly = "nightly" if suite.nightly else "on demand"
         print(f"{suite.name:<20} {nightly:<10} {suite.golden_set}  (corpus {suite.corpus_root})")
-    return 0
+    sys.stdout.flush()
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def add_commands(commands) -> None:
     summary = commands.add_parser("summary", help="print an evaluation run's summary")
     summary.add_argument("eval_run_id", nargs="?", help="default: the latest completed run")
     summary.add_argument("--suite", help="with no run id: the latest completed run of this suite")
-    summary.add_argument("--json", action="store_true")
+    summary.add_argument(
+        "--json", action="store_true", help="print the run's headline as JSON instead of text"
+    )
     summary.set_defaults(handler=command_summary)
 
     history = commands.add_parser(
-        "history", help="a metric over nights, corpus and measure-definition changes marked"
+        "history",
+        help="a metric over nights, baselines and corpus, golden-set and measure-definition "
+        "changes marked",
     )
     history.add_argument("--metric", default="Success@5", help="e.g. Success@5, faithfulness")
     history.add_argument("--suite", help="default: every suite, each on its own")
@@ -165,8 +242,10 @@ def add_commands(commands) -> None:
     accept = commands.add_parser(
         "accept-baseline", help="make a completed run its suite's baseline, with a reason"
     )
-    accept.add_argument("eval_run_id")
-    accept.add_argument("--reason", required=True)
+    accept.add_argument("eval_run_id", help="the completed run to make the baseline")
+    accept.add_argument(
+        "--reason", required=True, help="why this run becomes the baseline (recorded with it)"
+    )
     accept.add_argument("--requested-by", help="who decides (default: $USER)")
     accept.set_defaults(handler=command_accept_baseline)
 

@@ -3,7 +3,8 @@
 - ``abstention_sweep_png``: both error counts of the evidence threshold (unanswerable questions
   answered, answerable questions refused) against the threshold, the recommended one marked;
 - ``metric_trend_png``: one metric night by night with its 95% intervals, a dashed line wherever
-  the corpus digest changes (numbers on either side of it are not comparable);
+  the corpus digest, the golden-set digest or the measure definitions change (numbers on either
+  side of it are not comparable);
 - ``stratum_bars_png``: correct-refusal and confident-wrong rates per no-answer stratum.
 
 Each has a ``*_figure`` twin returning the matplotlib ``Figure`` (what the tests inspect). Empty
@@ -255,10 +256,12 @@ def corpus_changes(history: pl.DataFrame) -> list[int]:
 
 
 def comparison_breaks(history: pl.DataFrame) -> dict[int, list[str]]:
-    """Positions, in night order, of the runs that do not compare with the run before, each
-    with what changed: ``"corpus changed to <8 hex>"`` where the corpus digest changes and
-    ``"definitions changed to <version>"`` where the measure definitions do (a
-    ``measures_version`` column, when ``history`` has one; null is ``unrecorded``)."""
+    """Positions, in night order, of the runs that do not compare with the run before
+    (``record.comparability``), each with what changed: ``"corpus changed to <8 hex>"`` where
+    the corpus digest changes, ``"golden set changed to <8 hex>"`` where the golden-set digest
+    does (a ``golden_digest`` column, when ``history`` has one) and ``"definitions changed to
+    <version>"`` where the measure definitions do (a ``measures_version`` column, when
+    ``history`` has one; null is ``unrecorded``)."""
     breaks: dict[int, list[str]] = {}
     if history.height == 0:
         return breaks
@@ -266,6 +269,12 @@ def comparison_breaks(history: pl.DataFrame) -> dict[int, list[str]]:
     digests = ordered["corpus_digest"].to_list()
     for position in corpus_changes(ordered):
         breaks[position] = [f"corpus changed to {digests[position][:8]}"]
+    if "golden_digest" in ordered.columns:
+        goldens = ordered["golden_digest"].to_list()
+        for position in range(1, len(goldens)):
+            if goldens[position] != goldens[position - 1]:
+                change = f"golden set changed to {goldens[position][:8]}"
+                breaks.setdefault(position, []).append(change)
     if "measures_version" in ordered.columns:
         versions = [v or UNRECORDED for v in ordered["measures_version"].to_list()]
         for position in range(1, len(versions)):
@@ -286,9 +295,10 @@ def _night_labels(ordered: pl.DataFrame) -> list[str]:
 
 def metric_trend_figure(history: pl.DataFrame, metric: str) -> Figure:
     """``metric`` night by night: a point per evaluation run with its 95% interval, joined by a
-    line only while the runs compare (``comparison_breaks``: the same corpus digest and measure
-    definitions); a dashed vertical line labelled with what changed (the first 8 characters of
-    the new digest, the new definitions' version) wherever that changes from one run to the next.
+    line only while the runs compare (``comparison_breaks``: the same corpus digest, golden-set
+    digest and measure definitions, for the columns ``history`` has); a dashed vertical line
+    labelled with what changed (the first 8 characters of the new digest, the new definitions'
+    version) wherever that changes from one run to the next.
     ``history`` may hold several metrics in a ``metric`` column; only ``metric`` is drawn."""
     title = f"{metric} night by night"
     problem = _problem(history, TREND_COLUMNS)
@@ -355,7 +365,7 @@ def metric_trend_figure(history: pl.DataFrame, metric: str) -> Figure:
         axes.set_xlim(-0.6, len(values) - 0.4)
         span = [*lows, *highs, *values]
         if min(span) >= 0 and max(span) <= 1:
-            # Room above 1.0 for the corpus-change labels.
+            # Room above 1.0 for the labels of what changed.
             axes.set_ylim(0, 1.18)
             axes.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
         axes.grid(axis="x", visible=False)

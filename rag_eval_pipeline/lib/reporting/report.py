@@ -30,6 +30,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     HEADLINE_RETRIEVAL,
     NO_ANSWER,
     headline_from_tables,
+    operations_lines,
     system_version,
 )
 from rag_eval_pipeline.lib.runs.record import measures_of
@@ -42,7 +43,7 @@ CHART_CAPTIONS = {
     "abstention_sweep": "Abstention sweep: unanswerable questions answered and answerable "
     "questions refused against the evidence threshold",
     "metric_trend": f"{TREND_MEASURE} night by night for this golden set and system "
-    "configuration; dashed lines mark corpus changes",
+    "configuration; dashed lines mark corpus or measure-definition changes",
     "strata": "No-answer questions by stratum: refused correctly or answered anyway",
 }
 
@@ -472,6 +473,67 @@ figcaption { color: #555; font-size: 0.9rem; }
 """
 
 
+def _gates_html(data: Mapping) -> str:
+    """The release gates checked on the run (``gate_results``, those not passed first), as the
+    summary lists them; nothing for a warehouse written before runs kept their gates."""
+    gates = data["headline"].get("gates")
+    if gates is None:
+        return ""
+    if not gates:
+        return (
+            "<h2>Release gates</h2><p>"
+            + html.escape(
+                "None recorded for this run (none in its gates file, or run before runs kept "
+                "their gates)."
+            )
+            + "</p>"
+        )
+    passed = sum(1 for gate in gates if gate["passed"])
+    failed = sum(1 for gate in gates if gate["status"] == "failed")
+    heading = (
+        f"Release gates ({gates[0]['gates_file']}, version {gates[0]['gates_version']}): "
+        f"{passed} passed, {failed} failed, {len(gates) - passed - failed} not assessed"
+    )
+    return f"<h2>{html.escape(heading)}</h2>" + _table(
+        ["gate", "status", "observed", "test", "message"],
+        [
+            [
+                gate["gate"],
+                gate["status"],
+                gate["observed"],
+                f"{gate['op']} {gate['threshold']:g}",
+                gate["message"],
+            ]
+            for gate in gates
+        ],
+        wrap=(4,),
+    )
+
+
+def _operations_html(data: Mapping) -> str:
+    """The calls to the system under test (``generation_metrics``, scope ``operations``):
+    system errors, requests and retries, latency, tokens and cost, as the summary gives them."""
+    lines = operations_lines(data["headline"].get("operations") or [])
+    if not lines:
+        return ""
+    cells = [[part.strip() for part in line.strip().split("  ", 1)] for line in lines]
+    return "<h2>Calls to the system under test</h2>" + _table(None, cells)
+
+
+def _comparison_html(data: Mapping) -> str:
+    """Where the night's comparison with its baseline is: it runs after the page is written."""
+    return (
+        "<h2>Comparison with the baseline</h2><p>"
+        + html.escape(
+            "A night's comparison with its suite's baseline runs after this page is written "
+            "(run_comparison_job, when the comparison guard finds the runs comparable): it is "
+            "in the run_comparisons table, on the run_comparison asset in the UI, and printed "
+            f"by rag-eval compare {data['run']['eval_run_id']} <baseline run>."
+        )
+        + "</p>"
+    )
+
+
 def _status_html(run: Mapping) -> str:
     """A warning above everything when the run did not complete."""
     if run.get("status") in (None, "complete"):
@@ -515,11 +577,15 @@ def report_html(data: Mapping, rendered: Mapping[str, bytes] | None = None) -> s
             _calibration_html(data),
             _judge_trust_html(data),
             _history_html(data, rendered["metric_trend"]),
+            _gates_html(data),
+            _operations_html(data),
+            _comparison_html(data),
             "<p><small>"
             + html.escape(
                 "Read from the warehouse tables eval_runs, retrieval_metrics, generation_metrics, "
                 "sufficiency_correctness, abstention_sweep, judge_calibration, "
-                "judge_rate_estimates, judge_repeat_verdicts, judge_usage and diagnostic_metrics, "
+                "judge_rate_estimates, judge_repeat_verdicts, judge_usage, diagnostic_metrics and "
+                "gate_results, "
                 "keyed by "
                 f"eval_run_id = {run['eval_run_id']}."
             )

@@ -3,7 +3,8 @@
 A baseline is accepted explicitly and recorded in ``baseline_decisions`` (the only writer is this
 module): the first completed run of a suite (``first_run``), a re-baseline run made after a corpus
 change (``rebaseline``, with who asked and why), or a decision by hand (``decision``). The current
-baseline of a suite is its latest decision. Only complete runs can be accepted.
+baseline of a suite is its latest decision. Only complete runs can be accepted, and accepting the
+current baseline again records nothing.
 """
 
 from dataclasses import dataclass
@@ -29,6 +30,15 @@ def current_baseline(connection: duckdb.DuckDBPyConnection, suite: str) -> dict 
     return registry.run_row(connection, decisions["eval_run_id"][0])
 
 
+def newest_night(connection: duckdb.DuckDBPyConnection, suite: str) -> dict | None:
+    """The ``eval_runs`` row of the suite's latest completed run of its latest night, or ``None``
+    before the first: what the nights after it are measured on (the same or a newer corpus
+    snapshot), so a baseline that does not compare with it (``record.comparability``) will not
+    compare with them either."""
+    rows = read_frame(connection, sql_query("history", "newest_night"), {"suite": suite})
+    return rows.to_dicts()[0] if rows.height else None
+
+
 def accept_baseline(
     connection: duckdb.DuckDBPyConnection,
     eval_run_id: str,
@@ -36,8 +46,9 @@ def accept_baseline(
     kind: str,
     reason: str,
     requested_by: str | None = None,
-) -> dict:
-    """Record a complete run as its suite's baseline and return the decision."""
+) -> dict | None:
+    """Record a complete run as its suite's baseline and return the decision; ``None``, with
+    nothing recorded, when the run is the suite's current baseline already."""
     if kind not in DECISION_KINDS:
         raise ValueError(f"baseline decision kind {kind!r} is not one of {DECISION_KINDS}")
     if not reason.strip():
@@ -51,6 +62,8 @@ def accept_baseline(
             "never becomes a baseline"
         )
     previous = current_baseline(connection, run["suite"])
+    if previous is not None and previous["eval_run_id"] == eval_run_id:
+        return None
     decision = {
         "suite": run["suite"],
         "golden_set": run["golden_set"],
