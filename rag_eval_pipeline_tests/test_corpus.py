@@ -3,6 +3,7 @@
 import datetime as dt
 import json
 import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -285,6 +286,22 @@ def test_rag_eval_freeze_reports_an_impossible_date_naming_the_file_and_line(lib
     assert (library / "2026-10-01" / "manifest.json").read_bytes() == manifest
 
 
+ONE_DOCUMENT = (
+    "---\ndoc_id: H-1\ntitle: T\nversion: 1\neffective_date: 2026-01-02\n"
+    "status: current\nlanguage: en\n---\n## S\ntext\n"
+)
+
+
+def one_document_folder(tmp_path: Path, old: str, new: str) -> Path:
+    """A snapshot folder holding ``ONE_DOCUMENT`` with ``old`` replaced by ``new``."""
+    folder = tmp_path / "2026-10-01"
+    (folder / "documents").mkdir(parents=True)
+    (folder / "documents" / "H-1@v1.md").write_text(
+        ONE_DOCUMENT.replace(old, new), encoding="utf-8"
+    )
+    return folder
+
+
 @pytest.mark.parametrize(
     ("old", "new", "line", "message"),
     [
@@ -296,13 +313,7 @@ def test_rag_eval_freeze_reports_an_impossible_date_naming_the_file_and_line(lib
     ],
 )
 def test_a_bad_front_matter_value_names_the_line_of_its_key(tmp_path, old, new, line, message):
-    text = (
-        "---\ndoc_id: H-1\ntitle: T\nversion: 1\neffective_date: 2026-01-02\n"
-        "status: current\nlanguage: en\n---\n## S\ntext\n"
-    )
-    folder = tmp_path / "2026-10-01"
-    (folder / "documents").mkdir(parents=True)
-    (folder / "documents" / "H-1@v1.md").write_text(text.replace(old, new), encoding="utf-8")
+    folder = one_document_folder(tmp_path, old, new)
     with pytest.raises(CorpusError, match=rf"H-1@v1\.md:{line}: .*{message}"):
         load_snapshot(folder, verify=False)
 
@@ -335,13 +346,7 @@ def test_a_bad_front_matter_value_names_the_line_of_its_key(tmp_path, old, new, 
 def test_front_matter_that_is_not_yaml_names_the_files_line(tmp_path, old, new, line, message):
     """The YAML parser's places are the file's (the front matter starts on line 2), and the
     line named is where the construct it was reading began."""
-    text = (
-        "---\ndoc_id: H-1\ntitle: T\nversion: 1\neffective_date: 2026-01-02\n"
-        "status: current\nlanguage: en\n---\n## S\ntext\n"
-    )
-    folder = tmp_path / "2026-10-01"
-    (folder / "documents").mkdir(parents=True)
-    (folder / "documents" / "H-1@v1.md").write_text(text.replace(old, new), encoding="utf-8")
+    folder = one_document_folder(tmp_path, old, new)
     with pytest.raises(CorpusError, match=rf"H-1@v1\.md:{line}: front matter is not valid YAML: "):
         load_snapshot(folder, verify=False)
     with pytest.raises(CorpusError, match=message):
