@@ -463,3 +463,28 @@ def test_corpus_tables_load_the_same_from_parquet_and_from_a_frame(tmp_path):
             )
         kept = connection.sql("SELECT count(*) FROM corpus_passages").fetchall()[0][0]
     assert kept == tables["corpus_passages"].height
+
+
+def test_a_judge_sample_of_zero_judges_nothing_and_says_not_measured(library, tmp_path):
+    """``judge_sample_size: 0`` (no judging tonight) runs the whole graph: the judged figures are
+    "not measured", never a number, and the unjudged ones are there."""
+    from rag_eval_pipeline.lib.judges.sampling import stratified_sample
+
+    frame = pl.DataFrame({"item_id": ["a", "b", "c"], "stratum": ["x", "x", "y"]})
+    assert stratified_sample(frame, 0, by="stratum", seed=7).shape == (0, 2)
+    assert stratified_sample(frame, 0, by="stratum", seed=7).schema == frame.schema
+    warehouse = tmp_path / "warehouse" / "rag_eval.duckdb"
+    result = materialize_night(library, warehouse, judge_sample_size=0)
+    assert result.success
+    with duckdb.connect(str(warehouse), read_only=True) as connection:
+        figures = dict(
+            connection.sql(
+                "SELECT metric, value FROM generation_metrics "
+                "WHERE scope = 'overall' AND scope_value = 'answerable'"
+            ).fetchall()
+        )
+        (verdicts,) = connection.sql("SELECT count(*) FROM judge_verdicts").fetchall()[0]
+    assert verdicts == 0
+    # No judged claim: no figure of them (the summary says "not measured (no judged claims)").
+    assert figures.get("faithfulness") is None and figures.get("unsupported_claim_rate") is None
+    assert figures["answer_correct_rate"] is not None

@@ -15,7 +15,7 @@ def stratified_sample(frame: pl.DataFrame, size: int, *, by: str, seed: int) -> 
     """Up to ``size`` rows, allocated to each ``by`` group in proportion to its size (largest
     remainders), at least one row from every group while ``size`` allows; rows drawn without
     replacement with a seed derived from ``seed`` and the group. The whole frame when it is no
-    larger than ``size``."""
+    larger than ``size``; no rows (the frame's columns) for a size of 0."""
     if frame.height <= size:
         return frame
     counts = frame.group_by(by).len().sort(by)
@@ -40,4 +40,6 @@ def stratified_sample(frame: pl.DataFrame, size: int, *, by: str, seed: int) -> 
         for group, take in zip(groups, allocation, strict=True)
         if take
     ]
+    if not parts:  # a size of 0: nothing is judged
+        return frame.clear()
     return pl.concat(parts).sort("item_id")
