@@ -64,6 +64,17 @@ def test_a_truncated_golden_line_gets_the_whole_message_and_the_parsers_column(l
     )
 
 
+def test_a_golden_set_that_is_not_utf8_names_the_line_and_the_byte(library):
+    golden = library / "golden.jsonl"
+    data = golden.read_bytes()
+    second_line = data.index(b"\n") + 1
+    golden.write_bytes(data[:second_line] + b"\xe9" + data[second_line:])
+    with pytest.raises(
+        GoldenSetError, match=rf"golden\.jsonl:2: not UTF-8 text \(.* {second_line}\)"
+    ):
+        load_golden_set(golden)
+
+
 def test_a_line_separator_inside_a_golden_string_does_not_end_the_line(library):
     """JSON strings may hold U+2028, U+2029 and U+0085 as they are (``json.dumps`` with
     ``ensure_ascii=False`` writes them so): a golden line holding them is one line, and the lines

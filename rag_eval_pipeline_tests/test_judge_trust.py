@@ -169,6 +169,22 @@ def test_labels_match_on_source_item_and_claim(tmp_path):
     ]
 
 
+def test_labels_that_are_cut_off_or_not_utf8_name_the_line(tmp_path):
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"item_id": "q1", "claim": "A.", "verdict": "ENTAILED"}\n{"claim": "B', "utf-8")
+    with pytest.raises(
+        HumanLabelError,
+        match=r"cut\.jsonl:2: malformed JSON: Unterminated string starting at column 11$",
+    ):
+        load_human_labels(cut)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(
+        b'{"item_id": "q1", "claim": "A.", "verdict": "ENTAILED"}\n{"claim": "caf\xe9"}\n'
+    )
+    with pytest.raises(HumanLabelError, match=r"latin\.jsonl:2: not UTF-8 text \(invalid"):
+        load_human_labels(latin)
+
+
 def test_bad_labels_fail_naming_the_line(tmp_path):
     twice = write_jsonl(
         tmp_path / "twice.jsonl",

@@ -93,6 +93,7 @@ def test_load_parquet_gives_the_same_frame(tmp_path):
     ("record", "problem"),
     [
         ("not json", "malformed JSON at column 1: Expecting value"),
+        ('{"question": "cut', "malformed JSON: Unterminated string starting at column 14"),
         ([1, 2], "expected a JSON object, got list"),
         ({"question": "q"}, "missing the field(s) retrieved, context_ids, answer"),
         (trace(question="  "), "'question' must be a non-empty string"),
@@ -266,3 +267,16 @@ def test_a_different_trace_file_is_a_different_configuration(traces_path, tmp_pa
     copy.parent.mkdir()
     copy.write_bytes(traces_path.read_bytes())
     assert ReplaySystemResource(path=str(copy)).config() == config
+
+
+def test_a_line_separator_inside_a_trace_string_does_not_end_the_line(tmp_path):
+    """JSON strings may hold U+2028 as it is (``json.dumps(..., ensure_ascii=False)``): the trace
+    stays one line, numbered as a line feed numbers it."""
+    path = tmp_path / "traces.jsonl"
+    records = [trace(item_id="q0", answer="one\u2028two"), trace(item_id="q1")]
+    path.write_text(
+        "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n", encoding="utf-8"
+    )
+    loaded = load_traces(path)
+    assert loaded.height == 2
+    assert "one\u2028two" in loaded["answer"].to_list()

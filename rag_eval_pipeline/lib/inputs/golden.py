@@ -196,7 +196,14 @@ def load_golden_set(path: Path | str) -> GoldenSet:
     path = Path(path)
     if not path.is_file():
         raise GoldenSetError(f"{path}: golden set file does not exist")
-    numbered = parse_golden_lines(path.read_text(encoding="utf-8"), str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise GoldenSetError(
+            f"{path}:{line}: not UTF-8 text ({exc.reason} at byte offset {exc.start})"
+        ) from None
+    numbered = parse_golden_lines(text, str(path))
     records = [record for _, record in numbered]
     items = pl.DataFrame(
         [

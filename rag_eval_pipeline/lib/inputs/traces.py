@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -162,14 +163,12 @@ def _jsonl_records(path: Path) -> list[tuple[int, str, str, object]]:
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in jsonl_lines(text):
         where = trace_location(path, number)
         try:
             records.append((number, where, f"line {number}", json.loads(line)))
         except json.JSONDecodeError as exc:
-            raise TraceError(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}") from None
+            raise TraceError(f"{where}: {json_problem(exc)}") from None
     return records
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines
 from rag_eval_pipeline.lib.judges.protocol import VERDICTS
 from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
 
@@ -43,13 +44,18 @@ def load_human_labels(path: Path | str) -> pl.DataFrame:
     path = Path(path)
     rows = []
     seen: dict[tuple, int] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise HumanLabelError(
+            f"{path}:{line}: not UTF-8 text ({exc.reason} at byte offset {exc.start})"
+        ) from None
+    for number, line in jsonl_lines(text):
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise HumanLabelError(f"{path}:{number}: malformed JSON: {exc.msg}") from None
+            raise HumanLabelError(f"{path}:{number}: {json_problem(exc)}") from None
         if not isinstance(record, dict) or not {"item_id", "claim", "verdict"} <= set(record):
             raise HumanLabelError(f"{path}:{number}: needs 'item_id', 'claim' and 'verdict'")
         if record["verdict"] not in VERDICTS:

@@ -26,6 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.files import replaced_atomically
+from rag_eval_pipeline.lib.inputs.golden import jsonl_lines
 from rag_eval_pipeline.lib.inputs.traces import (
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -111,10 +112,9 @@ def measured_fields(path: Path | str) -> dict[int, dict]:
         return dict(enumerate(frame.iter_rows(named=True), start=1))
     if suffix in JSONL_SUFFIXES:
         measured = {}
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                record = json.loads(line)
-                measured[number] = {k: record[k] for k in MEASURED_SCHEMA if k in record}
+        for number, line in jsonl_lines(path.read_text(encoding="utf-8")):
+            record = json.loads(line)
+            measured[number] = {k: record[k] for k in MEASURED_SCHEMA if k in record}
         return measured
     return {}
 
