@@ -64,6 +64,15 @@ def test_a_truncated_golden_line_gets_the_whole_message_and_the_parsers_column(l
     )
 
 
+@pytest.mark.parametrize("ending", ["\r\n", "\r"])
+def test_a_golden_set_with_other_line_endings_reads_the_same(library, ending):
+    golden = library / "golden.jsonl"
+    expected = load_golden_set(golden)
+    golden.write_bytes(golden.read_bytes().replace(b"\n", ending.encode()))
+    again = load_golden_set(golden)
+    assert again.items.equals(expected.items) and again.gold.equals(expected.gold)
+
+
 def test_a_golden_set_that_is_not_utf8_names_the_line_and_the_byte(library):
     golden = library / "golden.jsonl"
     data = golden.read_bytes()

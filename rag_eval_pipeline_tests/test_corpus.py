@@ -335,6 +335,13 @@ def test_a_bad_front_matter_value_names_the_line_of_its_key(tmp_path, old, new, 
             r"but got ':' \(line 7, column 9\)$",
         ),
         (
+            "title: T\nversion: 1",
+            'title: "T\u2028x"\nversion: [1',
+            4,
+            r"while parsing a flow sequence \(line 4, column 10\): expected ',' or '\]', "
+            r"but got ':' \(line 5, column 15\)$",
+        ),
+        (
             "title: T",
             'title: "T',
             3,

@@ -159,6 +159,7 @@ def test_a_freeze_warns_of_what_documents_holds_besides_md_files(library):
     (documents / "notes.txt").write_text("to do", encoding="utf-8")
     (documents / "old").mkdir()
     (documents / ".DS_Store").write_bytes(b"")
+    (documents / "._STORE-FRIDGE-002@v1.md").write_bytes(b"\x00\x05\x16\x07 Mac OS X")
     report = freeze(folder)
     left_out = [warning for warning in report.warnings if "left out of the snapshot" in warning]
     assert left_out == [

@@ -311,3 +311,15 @@ def test_a_bad_suite_file_does_not_stop_the_other_suites_nights(tmp_path):
         while causes[-1].__cause__ is not None:
             causes.append(causes[-1].__cause__)
         assert any("broken.yaml: 'nightly' must be a bool" in str(c) for c in causes), causes
+
+
+def test_a_date_the_calendar_does_not_have_is_an_error_of_its_file(tmp_path):
+    registry = tmp_path / "suites"
+    registry.mkdir()
+    (registry / "good.yaml").write_text(GOOD, encoding="utf-8")
+    (registry / "bad.yaml").write_text(GOOD + "snapshot: 2026-11-31\n", encoding="utf-8")
+    suites, problems = scan_suites(registry)
+    assert [suite.name for suite in suites] == ["good"]
+    assert [str(problem) for problem in problems] == [
+        f"{registry / 'bad.yaml'}: a value is not valid: day is out of range for month"
+    ]

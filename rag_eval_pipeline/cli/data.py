@@ -11,7 +11,7 @@ from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import (
     Suite,
     check_suite_name,
-    list_suites,
+    scan_suites,
     suite_file,
     write_suite,
 )
@@ -140,7 +140,9 @@ def import_targets(args: argparse.Namespace, registry: str) -> tuple[Path, Path]
         else folder / "corpus_snapshots" / args.snapshot_date
     )
     golden = project_path(args.golden) if args.golden else folder / "golden.jsonl"
-    for other in list_suites(registry):
+    # A bad suite file elsewhere in the registry is not this import's business (rag-eval
+    # suites reports it): the good suites are the ones an import could write into.
+    for other in scan_suites(registry)[0]:
         inside = snapshot_dir.resolve().is_relative_to(other.corpus_root.resolve())
         if inside or golden.resolve() == other.golden_set.resolve():
             raise ConfigError(

@@ -255,25 +255,32 @@ def _invalid_value_line(lines: Sequence[str]) -> tuple[str, int]:
     return "", 2
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> tuple[str, int]:
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[str, int]:
     """The YAML parser's error with its places as the file's lines and columns (the front
     matter's first line is the file's line 2), and the line to name: where the construct the
-    parser was reading began (an unclosed ``[``, a quote), else where it failed."""
+    parser was reading began (an unclosed ``[``, a quote), else where it failed. Places are
+    counted from the parser's character offset into ``text`` (the front matter), as the parser
+    also ends lines at U+0085, U+2028 and U+2029, which the file does not."""
+
+    def place(mark) -> tuple[int, int]:
+        start = text.rfind("\n", 0, mark.index) + 1
+        return text.count("\n", 0, mark.index) + 2, mark.index - start + 1
+
     marks = [
-        (text, mark)
-        for text, mark in (
+        (said, mark)
+        for said, mark in (
             (getattr(exc, "context", None), getattr(exc, "context_mark", None)),
             (getattr(exc, "problem", None), getattr(exc, "problem_mark", None)),
         )
-        if text
+        if said
     ]
     if not marks:
         return str(exc), 2
     parts = [
-        text if mark is None else f"{text} (line {mark.line + 2}, column {mark.column + 1})"
-        for text, mark in marks
+        said if mark is None else f"{said} (line {place(mark)[0]}, column {place(mark)[1]})"
+        for said, mark in marks
     ]
-    line = next((mark.line + 2 for _, mark in marks if mark is not None), 2)
+    line = next((place(mark)[0] for _, mark in marks if mark is not None), 2)
     return ": ".join(parts), line
 
 
@@ -291,7 +298,7 @@ def front_matter(lines: Sequence[str], source: str | Path) -> dict:
     try:
         meta = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        message, line = _yaml_problem(exc)
+        message, line = _yaml_problem(exc, text)
         raise _fail(source, f"front matter is not valid YAML: {message}", line) from None
     except ValueError as exc:  # e.g. a timestamp YAML matches but the calendar does not have
         line, number = _invalid_value_line(lines)
@@ -759,13 +766,16 @@ def read_document_file(
 
 def _document_names(snapshot_dir: Path) -> list[tuple[str, bool]]:
     """The ``documents/*.md`` files of a snapshot folder, sorted by name, each with whether it is
-    a symbolic link."""
+    a symbolic link. Hidden names (``._X@v1.md``, the AppleDouble file a Mac copy leaves beside
+    each file) are not documents."""
     folder = snapshot_dir / "documents"
     if not folder.is_dir():
         raise _fail(snapshot_dir, "snapshot has no 'documents/' folder")
     with os.scandir(folder) as entries:
         found = sorted(
-            (entry.name, entry.is_symlink()) for entry in entries if entry.name.endswith(".md")
+            (entry.name, entry.is_symlink())
+            for entry in entries
+            if entry.name.endswith(".md") and not entry.name.startswith(".")
         )
     if not found:
         raise _fail(folder, "no '*.md' documents found")

@@ -65,10 +65,13 @@ class GoldenSetError(RagEvalError):
 def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
     """The non-blank lines of JSON Lines text, with their 1-based numbers.
 
-    A line ends at a line feed only (a carriage return before one is JSON white space): a JSON
-    string may hold U+0085, U+2028 or U+2029 as they are (``json.dumps(..., ensure_ascii=False)``
-    writes them so), and ``str.splitlines`` would cut the line there. The JSONL readers of the
-    golden set and of the imports read their lines here, so they number a file's lines alike."""
+    A line ends at a line feed, a carriage return and line feed, or a carriage return alone
+    (neither can occur raw inside a JSON string), never at U+0085, U+2028 or U+2029, which a
+    JSON string may hold as they are (``json.dumps(..., ensure_ascii=False)`` writes them so)
+    and where ``str.splitlines`` would cut the line. Every JSONL reader of the project reads its
+    lines here, so they number a file's lines alike."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             yield number, line

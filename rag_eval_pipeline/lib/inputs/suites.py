@@ -18,8 +18,8 @@ night: two suites evaluated on one night never share a Dagster materialization, 
 history. ``rag-eval import`` writes a collection into a suite of its own (``suites/<name>/`` and
 ``suites/<name>.yaml``), never into another suite's folders.
 
-``list_suites`` (the schedule's) refuses a registry holding a bad suite file, naming it;
-``scan_suites`` (``rag-eval suites``) returns the good suites and an error for each bad file.
+``list_suites`` refuses a registry holding a bad suite file, naming it; ``scan_suites`` (the
+schedule's and ``rag-eval suites``') returns the good suites and an error for each bad file.
 """
 
 import datetime as dt
@@ -119,6 +119,8 @@ def parse_suite(name: str, text: str, source: Path) -> Suite:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SuiteError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:  # a date YAML matches that the calendar does not have (2026-11-31)
+        raise SuiteError(f"{source}: a value is not valid: {exc}") from None
     if not isinstance(document, dict):
         raise SuiteError(f"{source}: a suite file is a mapping of the fields {', '.join(FIELDS)}")
     unknown = sorted(set(document) - set(FIELDS))
