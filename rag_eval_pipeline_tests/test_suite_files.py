@@ -275,7 +275,7 @@ def test_serve_reference_prints_how_to_evaluate_that_suite(library, tmp_path):
     assert process.returncode == 0
 
 
-def test_a_bad_suite_file_does_not_stop_the_other_suites_nights(tmp_path):
+def test_a_bad_suite_file_does_not_stop_the_other_suites_nights(tmp_path, capfd):
     """The 02:00 tick requests every good nightly suite and logs the bad file; with no good
     nightly suite left it fails naming the file."""
     import shutil
@@ -304,6 +304,9 @@ def test_a_bad_suite_file_does_not_stop_the_other_suites_nights(tmp_path):
     with dg.instance_for_test() as instance:
         result = tick(instance, 29)
         assert [r.partition_key for r in result.run_requests] == ["2026-11-29|procedures"]
+        logged = capfd.readouterr().err
+        assert "suite file left out of the night 2026-11-29: " in logged
+        assert "broken.yaml: 'nightly' must be a bool" in logged
         (registry / "procedures.yaml").unlink()
         with pytest.raises(Exception) as raised:
             tick(instance, 30)
