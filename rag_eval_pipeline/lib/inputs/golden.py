@@ -77,6 +77,18 @@ def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
+def utf8_text(path: Path, error: type[Exception]) -> str:
+    """A text file's contents; one that is not UTF-8 raises ``error`` naming the file, the line
+    and the byte offset where it stops being UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise error(
+            f"{path}:{line}: not UTF-8 text ({exc.reason} at byte offset {exc.start})"
+        ) from None
+
+
 def json_problem(exc: json.JSONDecodeError) -> str:
     """What the JSON parser found wrong, complete, for a message that already names the file and
     the line: ``malformed JSON at column <n>: <the parser's message>``, the column being the one
@@ -199,14 +211,7 @@ def load_golden_set(path: Path | str) -> GoldenSet:
     path = Path(path)
     if not path.is_file():
         raise GoldenSetError(f"{path}: golden set file does not exist")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise GoldenSetError(
-            f"{path}:{line}: not UTF-8 text ({exc.reason} at byte offset {exc.start})"
-        ) from None
-    numbered = parse_golden_lines(text, str(path))
+    numbered = parse_golden_lines(utf8_text(path, GoldenSetError), str(path))
     records = [record for _, record in numbered]
     items = pl.DataFrame(
         [

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.errors import RagEvalError
-from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines
+from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines, utf8_text
 from rag_eval_pipeline.lib.judges.protocol import VERDICTS
 from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
 
@@ -44,14 +44,7 @@ def load_human_labels(path: Path | str) -> pl.DataFrame:
     path = Path(path)
     rows = []
     seen: dict[tuple, int] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise HumanLabelError(
-            f"{path}:{line}: not UTF-8 text ({exc.reason} at byte offset {exc.start})"
-        ) from None
-    for number, line in jsonl_lines(text):
+    for number, line in jsonl_lines(utf8_text(path, HumanLabelError)):
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
