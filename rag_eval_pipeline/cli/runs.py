@@ -55,7 +55,7 @@ def history_mark(row: dict) -> str:
 
 
 def command_history(args: argparse.Namespace) -> int:
-    from rag_eval_pipeline.lib.runs.record import measures_of
+    from rag_eval_pipeline.lib.runs.record import run_changes
     from rag_eval_pipeline.lib.store.warehouse import read_frame
 
     warehouse = project.existing_warehouse()
@@ -99,22 +99,12 @@ def command_history(args: argparse.Namespace) -> int:
         previous = None
         for row in rows:
             run_id, digest = row["eval_run_id"], row["corpus_digest"]
-            if previous is not None:
-                if digest != previous["corpus_digest"]:
-                    print(
-                        f"  | corpus changed: {previous['corpus_digest'][:12]} -> {digest[:12]} "
-                        f"(snapshot {row['snapshot_id']})"
-                    )
-                if row["golden_digest"] != previous["golden_digest"]:
-                    print(
-                        f"  | golden set changed: {previous['golden_digest'][:12]} -> "
-                        f"{row['golden_digest'][:12]}"
-                    )
-                if measures_of(row) != measures_of(previous):
-                    print(
-                        f"  | measure definitions changed: {measures_of(previous)} -> "
-                        f"{measures_of(row)}"
-                    )
+            for what, old, new in run_changes(previous, row) if previous is not None else []:
+                if what == "measure definitions":
+                    print(f"  | {what} changed: {old} -> {new}")
+                else:
+                    snapshot = f" (snapshot {row['snapshot_id']})" if what == "corpus" else ""
+                    print(f"  | {what} changed: {old[:12]} -> {new[:12]}{snapshot}")
             previous = row
             mark = history_mark(row)
             night, value, low, n = row["partition_date"], row["value"], row["ci_low"], row["n"]

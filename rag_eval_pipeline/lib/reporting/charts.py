@@ -39,7 +39,14 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
-from rag_eval_pipeline.lib.runs.record import UNRECORDED
+from rag_eval_pipeline.lib.runs.record import run_changes
+
+# How a break of the trend names what changed (``record.run_changes``' names).
+BREAK_LABELS = {
+    "corpus": "corpus",
+    "golden set": "golden set",
+    "measure definitions": "definitions",
+}
 
 WIDTH_PX = 800
 HEIGHT_PX = 450
@@ -262,26 +269,19 @@ def comparison_breaks(history: pl.DataFrame) -> dict[int, list[str]]:
     does (a ``golden_digest`` column, when ``history`` has one) and ``"definitions changed to
     <version>"`` where the measure definitions do (a ``measures_version`` column, when
     ``history`` has one; null is ``unrecorded``)."""
-    breaks: dict[int, list[str]] = {}
     if history.height == 0:
-        return breaks
-    ordered = night_order(history)
-    digests = ordered["corpus_digest"].to_list()
-    for position in corpus_changes(ordered):
-        breaks[position] = [f"corpus changed to {digests[position][:8]}"]
-    if "golden_digest" in ordered.columns:
-        goldens = ordered["golden_digest"].to_list()
-        for position in range(1, len(goldens)):
-            if goldens[position] != goldens[position - 1]:
-                change = f"golden set changed to {goldens[position][:8]}"
-                breaks.setdefault(position, []).append(change)
-    if "measures_version" in ordered.columns:
-        versions = [v or UNRECORDED for v in ordered["measures_version"].to_list()]
-        for position in range(1, len(versions)):
-            if versions[position] != versions[position - 1]:
-                change = f"definitions changed to {versions[position]}"
-                breaks.setdefault(position, []).append(change)
-    return dict(sorted(breaks.items()))
+        return {}
+    rows = night_order(history).to_dicts()
+    breaks = {}
+    for position in range(1, len(rows)):
+        changes = run_changes(rows[position - 1], rows[position])
+        if changes:
+            breaks[position] = [
+                f"{BREAK_LABELS[what]} changed to "
+                f"{new if what == 'measure definitions' else new[:8]}"
+                for what, _, new in changes
+            ]
+    return breaks
 
 
 def _night_labels(ordered: pl.DataFrame) -> list[str]:

@@ -270,6 +270,20 @@ def measures_of(run: Mapping) -> str:
     return run.get("measures_version") or UNRECORDED
 
 
+def run_changes(before: Mapping, after: Mapping) -> list[tuple[str, str, str]]:
+    """What changed from one run to a later one that keeps them from comparing
+    (``comparability``), as ``(what, before's, after's)``: ``"corpus"`` (the digest),
+    ``"golden set"`` (the digest) and ``"measure definitions"`` (``measures_of``), in that order.
+    A row without a ``golden_digest`` (a history that does not select it) keeps its golden
+    set; one without a ``measures_version`` has ``UNRECORDED`` definitions."""
+    pairs = [
+        ("corpus", before["corpus_digest"], after["corpus_digest"]),
+        ("golden set", before.get("golden_digest"), after.get("golden_digest")),
+        ("measure definitions", measures_of(before), measures_of(after)),
+    ]
+    return [(what, old, new) for what, old, new in pairs if old != new]
+
+
 def differences(candidate: Mapping, baseline: Mapping, *, other: str = "baseline") -> list[str]:
     """What keeps two runs from comparing (``comparability``), one phrase each; none when
     they compare."""
