@@ -29,6 +29,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     HEADLINE_GENERATION,
     HEADLINE_RETRIEVAL,
     NO_ANSWER,
+    gates_heading,
     headline_from_tables,
     operations_lines,
     system_version,
@@ -488,13 +489,7 @@ def _gates_html(data: Mapping) -> str:
             )
             + "</p>"
         )
-    passed = sum(1 for gate in gates if gate["passed"])
-    failed = sum(1 for gate in gates if gate["status"] == "failed")
-    heading = (
-        f"Release gates ({gates[0]['gates_file']}, version {gates[0]['gates_version']}): "
-        f"{passed} passed, {failed} failed, {len(gates) - passed - failed} not assessed"
-    )
-    return f"<h2>{html.escape(heading)}</h2>" + _table(
+    return f"<h2>{html.escape(gates_heading(gates))}</h2>" + _table(
         ["gate", "status", "observed", "test", "message"],
         [
             [

@@ -251,6 +251,17 @@ def format_summary(
     return "\n".join(lines)
 
 
+def gates_heading(gates: list[dict]) -> str:
+    """``Release gates (<file>, version <n>): <p> passed, <f> failed, <a> not assessed`` for the
+    ``gate_results`` rows of a run (at least one)."""
+    passed = sum(1 for gate in gates if gate["passed"])
+    failed = sum(1 for gate in gates if gate["status"] == "failed")
+    return (
+        f"Release gates ({gates[0]['gates_file']}, version {gates[0]['gates_version']}): "
+        f"{passed} passed, {failed} failed, {len(gates) - passed - failed} not assessed"
+    )
+
+
 def gate_lines(gates: list[dict] | None) -> list[str]:
     """The release gates checked on the run, those not passed first (``gate_results``); a run
     with none recorded says so."""
@@ -262,13 +273,7 @@ def gate_lines(gates: list[dict] | None) -> list[str]:
             "Release gates: none recorded for this run (none in its gates file, or run "
             "before runs kept their gates)",
         ]
-    passed = sum(1 for gate in gates if gate["passed"])
-    failed = sum(1 for gate in gates if gate["status"] == "failed")
-    lines = [
-        "",
-        f"Release gates ({gates[0]['gates_file']}, version {gates[0]['gates_version']}): "
-        f"{passed} passed, {failed} failed, {len(gates) - passed - failed} not assessed",
-    ]
+    lines = ["", gates_heading(gates)]
     for gate in gates:
         if not gate["passed"]:
             label = "FAILED" if gate["status"] == "failed" else "not assessed"
