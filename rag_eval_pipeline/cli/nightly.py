@@ -122,9 +122,11 @@ RECEIVED: list[str] = []
 _STOPPING = {signal.SIGINT.value: "SIGINT", signal.SIGTERM.value: "SIGTERM"}
 
 
-def interrupted_exit_code() -> int:
-    """``128 +`` the first signal that interrupted a run here (SIGTERM's when none is known)."""
-    return 128 + (signal.SIGINT if RECEIVED[:1] == ["SIGINT"] else signal.SIGTERM)
+def interrupted_exit_code(name: str | None = None) -> int:
+    """``128 +`` the signal ``name`` (``SIGINT``: 130, ``SIGTERM``: 143), by default the first
+    that interrupted a run here (SIGTERM's when none is known)."""
+    name = name or (RECEIVED[0] if RECEIVED else "SIGTERM")
+    return 128 + signal.Signals[name]
 
 
 @contextmanager
@@ -198,7 +200,7 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
         sys.stderr.flush()
         sys.stdout.flush()
         # Threads still waiting on an endpoint must not keep the process alive.
-        os._exit(128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT))
+        os._exit(interrupted_exit_code(name))
 
 
 def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: dict):
