@@ -107,6 +107,20 @@ def steps(stderr: str) -> tuple[dict[str, float], dict[str, float]]:
     return found, timings
 
 
+def failed_gates(stderr: str) -> list[str]:
+    """The lines ``rag-eval nightly`` prints under "release gates failed in <job>", one per
+    failed gate, so that a step shown as "failed" is explained."""
+    found, under = [], False
+    for line in stderr.splitlines():
+        if line.startswith("release gates failed in "):
+            under = True
+        elif under and line.startswith("  "):
+            found.append(line.strip())
+        else:
+            under = False
+    return found
+
+
 def _timed(value) -> bool:
     """A step time, rather than ``None`` (the step failed) or ``"-"`` (it did not run)."""
     return isinstance(value, float)
@@ -138,6 +152,8 @@ def night(folder: Path, size: int, scratch: Path, partition: str, env: dict):
     ]
     seconds, peak, stderr = measured(command, environment)
     found, timings = steps(stderr)
+    for line in failed_gates(stderr):
+        print(f"  {size:,} documents, {partition}: {line}")
     return seconds, peak, found, timings
 
 
