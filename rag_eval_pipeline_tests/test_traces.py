@@ -171,6 +171,20 @@ def test_an_unusable_trace_file_is_named(tmp_path, name, content, problem):
         load_traces(path)
 
 
+def test_a_trace_file_that_is_not_utf8_names_the_line_and_the_byte(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    first = (json.dumps(trace(item_id="q0")) + "\n").encode()
+    path.write_bytes(
+        first + json.dumps(trace(answer="caf\u00e9"), ensure_ascii=False).encode("latin-1")
+    )
+    offset = first.index(b"\n") + 1 + path.read_bytes()[len(first) :].index(b"\xe9")
+    with pytest.raises(
+        TraceError,
+        match=rf"^{re.escape(str(path))}:2: not UTF-8 text \(invalid .* at byte offset {offset}\)",
+    ):
+        load_traces(path)
+
+
 # --- the replay system --------------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.errors import RagEvalError
-from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines
+from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines, utf8_text
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -158,12 +158,8 @@ def _check_trace(record: object, where: str) -> dict:
 
 
 def _jsonl_records(path: Path) -> list[tuple[int, str, str, object]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     records = []
-    for number, line in jsonl_lines(text):
+    for number, line in jsonl_lines(utf8_text(path, TraceError)):
         where = trace_location(path, number)
         try:
             records.append((number, where, f"line {number}", json.loads(line)))
