@@ -267,7 +267,7 @@ def _yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[str, int]:
         return text.count("\n", 0, mark.index) + 2, mark.index - start + 1
 
     marks = [
-        (said, mark)
+        (said, None if mark is None else place(mark))
         for said, mark in (
             (getattr(exc, "context", None), getattr(exc, "context_mark", None)),
             (getattr(exc, "problem", None), getattr(exc, "problem_mark", None)),
@@ -276,11 +276,8 @@ def _yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[str, int]:
     ]
     if not marks:
         return str(exc), 2
-    parts = [
-        said if mark is None else f"{said} (line {place(mark)[0]}, column {place(mark)[1]})"
-        for said, mark in marks
-    ]
-    line = next((place(mark)[0] for _, mark in marks if mark is not None), 2)
+    parts = [said if at is None else f"{said} (line {at[0]}, column {at[1]})" for said, at in marks]
+    line = next((at[0] for _, at in marks if at is not None), 2)
     return ": ".join(parts), line
 
 
