@@ -469,6 +469,60 @@ def test_a_bare_nightly_is_recorded_in_the_project_instance(library, tmp_path):
         assert run.tags["dagster/partition"] == "2026-10-15|golden"
 
 
+def nightly_env(library: Path, tmp_path: Path) -> dict:
+    return {
+        "RAG_EVAL_SUITES": str(fixture_suites(library)),
+        "RAG_EVAL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "RAG_EVAL_GATES": str(ROOT / "rag_eval_pipeline_tests" / "fixtures" / "gates.yaml"),
+    }
+
+
+@pytest.mark.parametrize("broken", ["golden set", "corpus"])
+def test_a_night_that_fails_on_bad_input_exits_2(library, tmp_path, broken):
+    """A step that fails on the user's input (a gold id the snapshot does not have, a frozen
+    document edited since) exits 2, as a bad argument does, not 1 as a failed gate or system
+    does; the one error line names the step, the file and the problem."""
+    if broken == "golden set":
+        golden = library / "golden.jsonl"
+        lines = golden.read_text(encoding="utf-8").splitlines()
+        lines[1] = lines[1].replace("STORE-FRIDGE-001@v1#s1", "STORE-FRIGDE-001@v1#s1")
+        golden.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        expected = "error: step golden_set failed: "
+        where = "golden.jsonl:2: item 'q2' names gold passage 'STORE-FRIGDE-001@v1#s1'"
+    else:
+        document = next((library / "2026-10-01" / "documents").glob("STORE-FRIDGE-001@v1.md"))
+        text = document.read_text(encoding="utf-8")
+        document.unlink()  # a hard link to the stored bytes: edited as a new file
+        document.write_text(text.replace("STR-04", "STR-05"), encoding="utf-8")
+        expected = "error: step corpus_snapshot failed: "
+        where = "changed: STORE-FRIDGE-001@v1"
+    completed = rag_eval(
+        "nightly", "--suite", "golden", "--partition", "2026-10-15",
+        env=nightly_env(library, tmp_path),
+    )  # fmt: skip
+    assert completed.returncode == 2, completed.stderr
+    [line] = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith(expected) and where in line, line
+
+
+def test_a_night_that_fails_on_its_system_exits_1(library, tmp_path):
+    """A step that fails on the system under test (nothing listens at its URL) is not bad
+    input: exit 1."""
+    import socket
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    env = nightly_env(library, tmp_path) | {
+        "RAG_EVAL_SYSTEM": "http",
+        "RAG_EVAL_SYSTEM_URL": f"http://127.0.0.1:{port}",
+    }
+    completed = rag_eval("nightly", "--suite", "golden", "--partition", "2026-10-15", env=env)
+    assert completed.returncode == 1, completed.stderr
+    assert "error: step retrieval_run failed: " in completed.stderr
+
+
 def test_an_incomplete_run_says_so_and_exits_non_zero(library, tmp_path):
     from rag_eval_pipeline.lib.runs import registry
     from rag_eval_pipeline.lib.store.warehouse import Warehouse

@@ -362,3 +362,44 @@ def test_the_command_line_marks_the_run_failed_with_the_counts(library, tmp_path
     assert status == "failed" and counts in reason
     assert "item q2: malformed reply: not JSON" in reason
     assert Path(trace_file).is_file()
+
+
+def test_sigterm_while_the_service_answers_exits_143(library, tmp_path, fault_service):
+    """SIGTERM while the HTTP system is waiting on the service: the system stops its calls
+    (no new one started), the step fails naming the signal, and the process exits with the
+    signal's code (143), as an interrupt of any other step does, not 1 as a failed run."""
+    import time
+
+    fault_service.latency_s = 2.0
+    env = {
+        **os.environ,
+        "RAG_EVAL_SYSTEM": "http",
+        "RAG_EVAL_SYSTEM_URL": fault_service.url,
+        "RAG_EVAL_SUITES": str(fixture_suites(library)),
+        "RAG_EVAL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+    }
+    process = subprocess.Popen(
+        [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", NIGHT],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not fault_service.bodies and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        assert fault_service.bodies, "the service was never asked"
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as connection:
+        [(status,)] = connection.sql("SELECT status FROM eval_runs").fetchall()
+    assert status == "failed"

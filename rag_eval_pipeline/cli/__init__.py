@@ -12,8 +12,10 @@
 - ``rag-eval import trec|beir|squad ... --suite NAME``: a public collection as a suite of its own;
 - ``rag-eval export-run EVAL_RUN_ID FILE`` and ``rag-eval evaluate-run QRELS RUN``: TREC files.
 
-Every bad argument or input is one ``error:`` line on stderr and exit status 2; a run that fails
-or a release gate that fails exits 1.
+Every bad argument or input is one ``error:`` line on stderr and exit status 2, also when it
+fails a step of a night (a snapshot, golden set, trace or label file that cannot be used); a run
+that fails on its system, judge or store, or on a release gate, exits 1; one interrupted by
+SIGINT or SIGTERM exits 130 or 143.
 """
 
 import argparse

@@ -133,11 +133,12 @@ def interrupted_exit_code(name: str | None = None) -> int:
 def interrupts_stop_the_run():
     """SIGTERM and SIGINT raise ``Interrupted`` in the main thread, so a run stops within
     seconds and is marked failed, rather than dying unrecorded (SIGTERM) or waiting on threads.
-    The signals that arrived are in ``RECEIVED`` afterwards."""
+    The signals that arrived during it are in ``RECEIVED`` afterwards."""
 
     def stop(number, frame):
         raise Interrupted(signal.Signals(number).name)
 
+    RECEIVED.clear()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     read_end, write_end = os.pipe()
     os.set_blocking(read_end, False)
@@ -335,11 +336,51 @@ def mark_failed(instance, result, reason: str, *, alert: bool = True) -> None:
         )
 
 
-def fail_on_steps(instance, result, lines: list[str]) -> None:
+def _input_error_names() -> frozenset[str]:
+    """The class names of every ``InputError`` (a step's failure keeps only its error's class
+    name); the modules that define them are imported by the definitions."""
+    from rag_eval_pipeline.lib.errors import InputError
+
+    names, pending = set(), [InputError]
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+def failed_on_input(result) -> bool:
+    """Whether every failed step of ``result`` failed on bad input (an ``InputError``: a
+    snapshot, golden set, trace or label file, or a setting that cannot be used), at any depth
+    of the error's causes, rather than on the system, the judge, the store or a bug."""
+    names = _input_error_names()
+    failures = [
+        event.event_specific_data.error
+        for event in result.all_events
+        if event.is_step_failure
+        and not (
+            event.event_specific_data.error is not None
+            and CHECK_FAILURE in (event.event_specific_data.error.cls_name or "")
+        )
+    ]
+
+    def on_input(error) -> bool:
+        while error is not None:
+            if error.cls_name in names:
+                return True
+            error = error.cause
+        return False
+
+    return bool(failures) and all(on_input(error) for error in failures)
+
+
+def fail_on_steps(instance, result, lines: list[str]) -> int:
     """A run whose steps failed: marked failed (alerted unless it was interrupted), each
-    failure printed; an interrupted one ends the process at once with its signal's code (130
-    for SIGINT, 143 for SIGTERM)."""
-    interrupted = any("interrupted" in line for line in lines)
+    failure printed. An interrupted one (a step stopped by the signal, or one that failed after
+    a signal reached this process, as the HTTP system does when it stops its calls) ends the
+    process at once with its signal's code (130 for SIGINT, 143 for SIGTERM); otherwise the
+    exit status: 2 when every failed step failed on bad input (``failed_on_input``), else 1."""
+    interrupted = bool(RECEIVED) or any("interrupted" in line for line in lines)
     mark_failed(instance, result, "; ".join(lines), alert=not interrupted)
     for line in lines:
         print(f"error: {line}", file=sys.stderr)
@@ -347,6 +388,7 @@ def fail_on_steps(instance, result, lines: list[str]) -> None:
         sys.stderr.flush()
         # Threads still waiting on an endpoint must not keep the process alive.
         os._exit(interrupted_exit_code())
+    return 2 if failed_on_input(result) else 1
 
 
 def command_nightly(args: argparse.Namespace) -> int:
@@ -400,8 +442,7 @@ def command_nightly(args: argparse.Namespace) -> int:
         print(f"timing: job {time.perf_counter() - loaded:.2f} s", file=sys.stderr)
     step_failures = failure_messages(result)
     if step_failures:
-        fail_on_steps(instance, result, step_failures)
-        return 1
+        return fail_on_steps(instance, result, step_failures)
     summary = summary_facts(result)
     if summary is None:
         mark_failed(instance, result, "the run ended before its summary")
@@ -456,9 +497,8 @@ def command_nightly(args: argparse.Namespace) -> int:
         )
         more_failures = failure_messages(follow_up)
         if more_failures:
-            fail_on_steps(instance, follow_up, more_failures)
-            report_gates()
-            return 1
+            status = fail_on_steps(instance, follow_up, more_failures)
+            return max(report_gates(), status)
         more_failed, more_warned = failed_checks(follow_up)
         if not follow_up.success:
             gated.append((follow_up, more_failed))

@@ -41,7 +41,7 @@ import polars as pl
 import yaml
 from yaml.resolver import Resolver
 
-from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.errors import InputError
 from rag_eval_pipeline.lib.inputs import snapshot_store
 from rag_eval_pipeline.lib.inputs.snapshot_store import SnapshotStore
 
@@ -84,7 +84,7 @@ DOCUMENT_SCHEMA = {
 }
 
 
-class CorpusError(RagEvalError):
+class CorpusError(InputError):
     """A snapshot that cannot be loaded: the message names the file or document and the problem."""
 
 

@@ -65,7 +65,7 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.errors import InputError
 from rag_eval_pipeline.lib.files import replaced_atomically
 from rag_eval_pipeline.lib.inputs.corpus import (
     DOC_ID_PATTERN,
@@ -106,7 +106,7 @@ _OTHER_WHITE_SPACE = tuple(
 )
 
 
-class FormatError(RagEvalError):
+class FormatError(InputError):
     """Input that cannot be read: the message names the file, the line and the problem."""
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.errors import InputError
 from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines, utf8_text
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -58,7 +58,7 @@ TRACE_SCHEMA = {
 }
 
 
-class TraceError(RagEvalError):
+class TraceError(InputError):
     """A trace file that cannot be used; the message names the file, the line and the problem."""
 
 

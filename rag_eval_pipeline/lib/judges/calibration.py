@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.errors import InputError
 from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines, utf8_text
 from rag_eval_pipeline.lib.judges.protocol import VERDICTS
 from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
@@ -34,7 +34,7 @@ LABEL_SCHEMA = {
 }
 
 
-class HumanLabelError(RagEvalError):
+class HumanLabelError(InputError):
     """A human-label file that cannot be used; the message names the file and line."""
 
 
