@@ -204,14 +204,19 @@ def test_an_item_labelled_against_no_snapshot_names_line_and_label(library, tmp_
     assert table_count(warehouse, "golden_items") == 0
 
 
-def test_an_item_labelled_against_an_earlier_snapshot_or_its_digest_is_accepted(library, tmp_path):
-    """The labels a golden set may carry: a snapshot folder's name, or a frozen corpus digest
-    (here of an earlier snapshot, a copy with one section edited)."""
+def earlier_snapshot(library: Path) -> str:
+    """A frozen 2026-09-01 snapshot: a copy of the fixture's with one section edited."""
     earlier = library / "2026-09-01"
     shutil.copytree(library / "2026-10-01" / "documents", earlier / "documents")
     edited = earlier / "documents" / "STORE-FRIDGE-001@v1.md"
     edited.write_text(edited.read_text(encoding="utf-8") + "\nOne more line.\n", encoding="utf-8")
-    digest = freeze_snapshot(earlier)["corpus_digest"]
+    return freeze_snapshot(earlier)["corpus_digest"]
+
+
+def test_an_item_labelled_against_an_earlier_snapshot_or_its_digest_is_accepted(library, tmp_path):
+    """The labels a golden set may carry: a snapshot folder's name, or a frozen corpus digest
+    (here of an earlier snapshot, a copy with one section edited)."""
+    digest = earlier_snapshot(library)
     golden = library / "golden.jsonl"
     lines = golden.read_text().splitlines()
     for number, label in ((2, "2026-09-01"), (3, digest)):
@@ -255,12 +260,59 @@ def test_an_item_labelled_against_a_digest_prefix_is_checked_against_that_snapsh
     assert table_count(warehouse, "golden_items") == 0
 
 
+@pytest.mark.parametrize("label", ["folder", "digest prefix"])
+def test_a_gold_id_typo_fails_on_a_night_after_the_labelled_snapshot(library, tmp_path, label):
+    """A night on a later snapshot than the one an item was labelled against still checks the
+    item's gold ids against that snapshot (it is on disk): a typo fails naming the line and the
+    snapshot, instead of passing as a passage that drifted away since labelling."""
+    digest = earlier_snapshot(library)
+    label_line(
+        library / "golden.jsonl",
+        2,
+        "2026-09-01" if label == "folder" else digest[:12],
+        gold=[{"passage_id": "STORE-FRIGDE-001@v1#s1", "grade": 3}],
+    )
+    warehouse = tmp_path / "w.duckdb"
+    result = materialize_night(library, warehouse)
+    assert not result.success
+    message = failure_message(result)
+    assert (
+        "golden.jsonl:2: item 'q2' names gold passage 'STORE-FRIGDE-001@v1#s1', which is not "
+        "in snapshot 2026-09-01 (labelled against "
+    ) in message, message
+    assert table_count(warehouse, "golden_items") == 0
+
+
+@pytest.mark.parametrize(
+    ("passage", "status", "hint"),
+    [
+        ("LAB-LABEL-001@v1#s2", "superseded", "grade it 1 (a superseded version)"),
+        ("XFER-FAX-001@v1#s1", "withdrawn", "is a withdrawn_document item"),
+    ],
+)
+def test_grade_3_on_a_passage_not_current_where_it_was_labelled_fails(
+    library, tmp_path, passage, status, hint
+):
+    """Grade 3 is the current answering section: given to a superseded or withdrawn passage of
+    the snapshot the item is labelled against, the item can never be answered as labelled; it
+    fails naming the line, the status and what to write instead. On a later snapshot the same
+    passage only drifts (flagged for re-labelling, not an error)."""
+    label_line(
+        library / "golden.jsonl", 2, "2026-10-01", gold=[{"passage_id": passage, "grade": 3}]
+    )
+    result = materialize_night(library, tmp_path / "w.duckdb")
+    assert not result.success
+    message = failure_message(result)
+    assert (
+        f"golden.jsonl:2: item 'q2' gives grade 3 (the current answering section) to "
+        f"'{passage}', which is {status} in snapshot 2026-10-01, the snapshot it is labelled "
+        "against: "
+    ) in message, message
+    assert hint in message
+
+
 def test_an_item_labelled_against_an_earlier_snapshots_digest_prefix_is_accepted(library, tmp_path):
-    earlier = library / "2026-09-01"
-    shutil.copytree(library / "2026-10-01" / "documents", earlier / "documents")
-    edited = earlier / "documents" / "STORE-FRIDGE-001@v1.md"
-    edited.write_text(edited.read_text(encoding="utf-8") + "\nOne more line.\n", encoding="utf-8")
-    digest = freeze_snapshot(earlier)["corpus_digest"]
+    digest = earlier_snapshot(library)
     label_line(library / "golden.jsonl", 2, digest[:12])
     assert materialize_night(library, tmp_path / "w.duckdb").success
 

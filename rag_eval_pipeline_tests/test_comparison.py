@@ -468,3 +468,22 @@ def test_history_and_summary_read_a_warehouse_not_yet_upgraded(nights, monkeypat
     assert "changed" not in shown.split("\n", 1)[1]
     assert main(["summary"]) == 0
     assert "\n  measures          unrecorded\n" in capsys.readouterr().out
+
+
+def test_the_drift_warning_names_the_drifted_items_and_why(library, tmp_path):
+    """On a snapshot where an item's answering passage was superseded, the golden set's drift
+    check names that item, the snapshot it was labelled against and the reason, not every
+    label of the set; the item's gold ids were still checked against its own snapshot."""
+    from .conftest import materialize_night
+
+    new_snapshot(library)
+    result = materialize_night(library, tmp_path / "w.duckdb", night="2026-11-15")
+    [drift] = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == "no_drifted_items"
+    ]
+    assert not drift.passed
+    assert drift.description == (
+        "1 item(s) have an answering passage that is not current in 2026-11-01: q2 (labelled "
+        "against 2026-10-01): STORE-FRIDGE-001@v1#s1 is superseded: re-label them (golden_drift "
+        "lists every one)"
+    )

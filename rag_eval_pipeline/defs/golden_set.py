@@ -1,5 +1,7 @@
 """The golden set asset: the suite's labelled questions, validated against tonight's snapshot."""
 
+from pathlib import Path
+
 import dagster as dg
 import polars as pl
 
@@ -8,13 +10,15 @@ from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
 from rag_eval_pipeline.lib.inputs.golden import (
     NO_ANSWER_STRATA,
+    check_gold_in,
     check_labelled_against,
     golden_tables,
     load_golden_set,
     strata_counts,
     validate_against_snapshot,
 )
-from rag_eval_pipeline.lib.store.staging import stage_drift, stage_tables
+from rag_eval_pipeline.lib.runs.registry import utc_now
+from rag_eval_pipeline.lib.store.staging import stage_drift, stage_snapshot, stage_tables
 
 
 def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -58,7 +62,7 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         path = suite.golden_set
         golden = load_golden_set(path)
         digest = corpus_snapshot["corpus_digest"]
-        check_labelled_against(
+        labelled = check_labelled_against(
             golden,
             suite.corpus_root,
             snapshot_id=corpus_snapshot["snapshot_id"],
@@ -66,6 +70,17 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
             source=str(path),
         )
         store = warehouse_db.run_store()
+        # Items labelled against another snapshot: their gold checked against it, as labelled
+        # (verified and staged once, as a night's snapshot is; later nights only hash its files).
+        for folder in sorted(set(labelled.values())):
+            staged = stage_snapshot(store, Path(suite.corpus_root) / folder, loaded_at=utc_now())
+            check_gold_in(
+                golden,
+                store.read_table(store.corpus_dir(staged.corpus_digest), "corpus_passages"),
+                [label for label, named in labelled.items() if named == folder],
+                snapshot_id=staged.snapshot_id,
+                source=str(path),
+            )
         passages = store.read_table(store.corpus_dir(digest), "corpus_passages")
         drift = validate_against_snapshot(
             golden,
@@ -102,15 +117,26 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
 
 
 def golden_checks(items: pl.DataFrame, drifted: pl.DataFrame, strata: dict, snapshot_id: str):
-    """The two warnings of a golden set: drifted items (to re-label) and too few no-answer items."""
-    labelled = ", ".join(sorted(set(items["labelled_against"])))
+    """The two warnings of a golden set: drifted items (to re-label) and too few no-answer items.
+    The drift warning names the first drifted items (by line) with the snapshot each was
+    labelled against and why its answering passage is not current tonight."""
+    shown = (
+        drifted.join(items.select("item_id", "line", "labelled_against"), on="item_id")
+        .sort("line")
+        .head(3)
+    )
+    examples = "; ".join(
+        f"{row['item_id']} (labelled against {row['labelled_against']}): {row['drift_reason']}"
+        for row in shown.iter_rows(named=True)
+    )
+    more = f"; and {drifted.height - shown.height} more" if drifted.height > shown.height else ""
     yield dg.AssetCheckResult(
         check_name="no_drifted_items",
         passed=drifted.height == 0,
         severity=dg.AssetCheckSeverity.WARN,
         description=(
-            f"{drifted.height} item(s) labelled against {labelled} have an answering passage "
-            f"that is no longer current in {snapshot_id}: re-label them"
+            f"{drifted.height} item(s) have an answering passage that is not current in "
+            f"{snapshot_id}: {examples}{more}: re-label them (golden_drift lists every one)"
             if drifted.height
             else "no drifted items"
         ),

@@ -12,13 +12,13 @@ more characters.
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.errors import InputError
 
 ANSWERABLE = "answerable"
 NO_ANSWER_STRATA = (
@@ -58,7 +58,7 @@ DIGEST_PREFIX_MIN = 12
 _DIGEST_PREFIX = re.compile(rf"[0-9a-f]{{{DIGEST_PREFIX_MIN},64}}")
 
 
-class GoldenSetError(RagEvalError):
+class GoldenSetError(InputError):
     """A golden set that cannot be used: the message names the file, the line and the problem."""
 
 
@@ -271,20 +271,8 @@ def validate_against_snapshot(
         for label in golden.items["labelled_against"].unique().to_list()
         if names_snapshot(label, snapshot_id=snapshot_id, corpus_digest=corpus_digest)
     ]
-    status = passages.select("passage_id", "status")
-    joined = golden.gold.join(status, on="passage_id", how="left").join(
-        golden.items.select("item_id", "line", "labelled_against"), on="item_id"
-    )
-    pinned = joined.filter(
-        pl.col("labelled_against").is_in(here) & pl.col("status").is_null()
-    ).sort("line")
-    if pinned.height:
-        first = pinned.row(0, named=True)
-        raise GoldenSetError(
-            f"{source}:{first['line']}: item '{first['item_id']}' names gold passage "
-            f"'{first['passage_id']}', which is not in snapshot {snapshot_id} "
-            f"({pinned.height} unknown gold id(s) in all)"
-        )
+    check_gold_in(golden, passages, here, snapshot_id=snapshot_id, source=source)
+    joined = _gold_with_status(golden, passages)
     reasons = (
         joined.filter(pl.col("grade") >= 2)
         .with_columns(
@@ -305,6 +293,53 @@ def validate_against_snapshot(
     )
 
 
+def _gold_with_status(golden: GoldenSet, passages: pl.DataFrame) -> pl.DataFrame:
+    """Every gold row with its item's line and label and the passage's status in ``passages``
+    (null: not there)."""
+    return golden.gold.join(
+        passages.select("passage_id", "status"), on="passage_id", how="left"
+    ).join(golden.items.select("item_id", "line", "labelled_against"), on="item_id")
+
+
+def check_gold_in(
+    golden: GoldenSet,
+    passages: pl.DataFrame,
+    labels: Sequence[str],
+    *,
+    snapshot_id: str,
+    source: str,
+) -> None:
+    """The gold of the items labelled against ``labels`` (labels naming snapshot
+    ``snapshot_id``, whose passages with their status are ``passages``), as they were labelled:
+    every gold id must be a passage of that snapshot, and a grade-3 gold passage (the current
+    answering section, by definition) must be current there; the first bad one in file order
+    fails naming its line, with the count. A superseded passage is grade 1, and a question only
+    a withdrawn document answered is a ``withdrawn_document`` item."""
+    joined = _gold_with_status(golden, passages).filter(pl.col("labelled_against").is_in(labels))
+    unknown = joined.filter(pl.col("status").is_null()).sort("line", "passage_id")
+    if unknown.height:
+        first = unknown.row(0, named=True)
+        raise GoldenSetError(
+            f"{source}:{first['line']}: item '{first['item_id']}' names gold passage "
+            f"'{first['passage_id']}', which is not in snapshot {snapshot_id} (labelled against "
+            f"{first['labelled_against']}; {unknown.height} unknown gold id(s) in all)"
+        )
+    stale = joined.filter((pl.col("grade") == 3) & (pl.col("status") != "current"))
+    if stale.height:
+        first = stale.sort("line", "passage_id").row(0, named=True)
+        hint = (
+            "grade it 1 (a superseded version), and give the current version grade 3"
+            if first["status"] == "superseded"
+            else "a question only a withdrawn document answered is a withdrawn_document item"
+        )
+        raise GoldenSetError(
+            f"{source}:{first['line']}: item '{first['item_id']}' gives grade 3 (the current "
+            f"answering section) to '{first['passage_id']}', which is {first['status']} in "
+            f"snapshot {snapshot_id}, the snapshot it is labelled against: {hint} "
+            f"({stale.height} such gold passage(s) in all)"
+        )
+
+
 def check_labelled_against(
     golden: GoldenSet,
     corpus_root: Path,
@@ -312,7 +347,7 @@ def check_labelled_against(
     snapshot_id: str,
     corpus_digest: str,
     source: str,
-) -> None:
+) -> dict[str, str]:
     """Every item's ``labelled_against`` names exactly one snapshot of ``corpus_root``: a
     snapshot folder's name, the corpus digest one was frozen with, or the first 12 or more
     characters of such a digest (as the CLI prints them; ``snapshot_id``, frozen with
@@ -320,10 +355,13 @@ def check_labelled_against(
     with no folder) would have its gold ids checked against none, so a wrong id would pass as a
     retrieval miss: it fails naming the first such line, with the snapshot folders there. A
     digest prefix that more than one snapshot's digest starts with (or that is also the name of
-    a folder frozen with another digest) fails the same way, naming the candidates."""
+    a folder frozen with another digest) fails the same way, naming the candidates.
+
+    Returns the folder name each label names, for the labels that name another snapshot than
+    ``snapshot_id`` (whose gold ids ``check_gold_in`` then checks against that snapshot)."""
     values = set(golden.items["labelled_against"].to_list()) - {snapshot_id, corpus_digest}
     if not values:
-        return
+        return {}
     from rag_eval_pipeline.lib.inputs.corpus import MANIFEST_NAME, find_snapshot, frozen_digests
 
     root = Path(corpus_root)
@@ -344,6 +382,7 @@ def check_labelled_against(
         return found.name if found is not None else snapshot_id
 
     problems: dict[str, list[tuple[str, str | None]]] = {}  # label -> the snapshots it names
+    resolved: dict[str, str] = {}  # label -> the folder it names
     for value in values:
         named = [
             (frozen_in(digest), digest)
@@ -352,12 +391,15 @@ def check_labelled_against(
         ]
         if value in folders:
             if all(folder == value for folder, _ in named):
+                resolved[value] = value
                 continue
             named.insert(0, (value, None))
         if len(named) != 1:
             problems[value] = named
+        else:
+            resolved[value] = named[0][0]
     if not problems:
-        return
+        return {label: folder for label, folder in resolved.items() if folder != snapshot_id}
     first = (
         golden.items.filter(pl.col("labelled_against").is_in(sorted(problems)))
         .sort("line")
