@@ -111,6 +111,29 @@ def test_a_document_that_is_not_utf8_names_the_file_and_the_byte(library):
     assert not (library / ".snapshot_store").exists()
 
 
+def test_rag_eval_freeze_warns_when_a_frozen_folder_gets_another_digest(library, capsys):
+    """Freezing a folder again after its content changed replaces its digest: the runs measured
+    on the old one no longer match the folder, so the freeze says so (a new dated folder is the
+    way to change a library); freezing it again unchanged says nothing."""
+    from rag_eval_pipeline.cli import main
+
+    folder = library / "2026-10-01"
+    before = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["corpus_digest"]
+    assert main(["freeze", str(folder)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    document = folder / "documents" / "STORE-FRIDGE-001@v1.md"
+    text = document.read_text(encoding="utf-8")
+    document.unlink()
+    document.write_text(text.replace("STR-04", "STR-05"), encoding="utf-8")
+    assert main(["freeze", str(folder)]) == 0
+    after = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["corpus_digest"]
+    assert after != before
+    assert (
+        f"warning: 2026-10-01 was frozen before with corpus digest {before[:12]}; it is now "
+        f"{after[:12]}: runs measured on {before[:12]} no longer match this folder"
+    ) in capsys.readouterr().err
+
+
 def test_rag_eval_freeze_reports_a_bad_document_in_one_line(library, capsys):
     from rag_eval_pipeline.cli import main
 

@@ -673,3 +673,44 @@ def test_staging_and_the_bm25_cache_work_on_an_fsspec_store(tmp_path):
         assert second.index().vocabulary == first.index().vocabulary
     leftovers = [path for path in UPath(store.root).rglob("*") if path.name.endswith(".tmp")]
     assert not leftovers
+
+
+def test_a_checkout_without_the_store_loads_a_delta_manifest_from_its_base_folder(
+    library, tmp_path
+):
+    """Git keeps each snapshot's documents/ and manifest.json, not the store: a colleague's
+    checkout of a corpus root whose second snapshot lists only its changes reads the base from
+    the first snapshot's manifest.json (the bytes the delta names), and still names a document
+    edited since it was frozen."""
+    first = library / "2026-10-01"
+    freeze(first)
+    second = writable_copy(first, library / "2026-11-01")
+    edit(second / "documents" / "STORE-FRIDGE-001@v1.md", "8 °C", "6 °C")
+    frozen = freeze(second).manifest
+    assert json.loads((second / "manifest.json").read_text())["base"]["snapshot_id"] == (
+        "2026-10-01"
+    )
+    checkout = tmp_path / "checkout"
+    for name in ("2026-10-01", "2026-11-01"):
+        shutil.copytree(library / name, checkout / name)
+    assert not (checkout / STORE_NAME).exists()
+    loaded = load_snapshot(checkout / "2026-11-01")
+    assert loaded.corpus_digest == frozen["corpus_digest"]
+    assert loaded.document_count == 5
+    edit(checkout / "2026-11-01" / "documents" / "LAB-LABEL-001@v2.md", "15 minutes", "20 min")
+    with pytest.raises(CorpusError, match=r"changed: LAB-LABEL-001@v2"):
+        load_snapshot(checkout / "2026-11-01")
+
+
+def test_refreezing_a_folder_in_place_never_lists_changes_from_its_own_old_manifest(library):
+    """The folder's own earlier manifest is replaced by the freeze, so it is never the base: a
+    folder edited and frozen again lists every document (or its changes from another
+    snapshot folder), and loads without the store."""
+    folder = library / "2026-10-01"
+    freeze(folder)
+    edit(folder / "documents" / "STORE-FRIDGE-001@v1.md", "8 °C", "6 °C")
+    again = freeze(folder).manifest
+    written = json.loads((folder / "manifest.json").read_text())
+    assert "base" not in written and len(written["documents"]) == 5
+    shutil.rmtree(library / STORE_NAME)
+    assert load_snapshot(folder).corpus_digest == again["corpus_digest"]

@@ -24,12 +24,24 @@ DEFAULT_MEASURES = ["nDCG@5", "nDCG@10", "P@5", "R@5", "RR", "AP"]
 def command_freeze(args: argparse.Namespace) -> int:
     import sys
 
-    from rag_eval_pipeline.lib.inputs.corpus import freeze
+    from rag_eval_pipeline.lib.inputs.corpus import CorpusError, freeze, read_manifest
 
+    try:
+        before = read_manifest(Path(args.snapshot_dir))["corpus_digest"]
+    except CorpusError:  # never frozen (or an unreadable manifest, which the freeze replaces)
+        before = None
     report = freeze(args.snapshot_dir, store=not args.no_store)
     manifest = report.manifest
     for problem in report.warnings:
         print(f"warning: {problem}", file=sys.stderr)
+    if before is not None and before != manifest["corpus_digest"]:
+        print(
+            f"warning: {manifest['snapshot_id']} was frozen before with corpus digest "
+            f"{before[:12]}; it is now {manifest['corpus_digest'][:12]}: runs measured on "
+            f"{before[:12]} no longer match this folder (for a change to the library, freeze a "
+            "new dated folder instead)",
+            file=sys.stderr,
+        )
     print(
         f"{manifest['snapshot_id']}: {manifest['document_count']} documents, "
         f"{manifest['passage_count']} passages, digest {manifest['corpus_digest']}"
@@ -41,12 +53,7 @@ def command_freeze(args: argparse.Namespace) -> int:
             if report.parsed == manifest["document_count"]
             else f"{report.parsed} documents parsed (the others were in the parse cache)"
         )
-        if base is None:
-            listed = ""
-        elif base["snapshot_id"] == manifest["snapshot_id"]:
-            listed = "; manifest lists the changes from this folder's previous freeze"
-        else:
-            listed = f"; manifest lists the changes from {base['snapshot_id']}"
+        listed = "" if base is None else f"; manifest lists the changes from {base['snapshot_id']}"
         print(f"  {parsed}, {report.stored_bytes:,} bytes newly stored{listed}")
     return 0
 

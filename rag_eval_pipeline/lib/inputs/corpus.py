@@ -1216,7 +1216,7 @@ def resolved_manifest(snapshot_dir: Path) -> tuple[dict, dict[str, dict], Snapsh
     manifest = read_manifest(snapshot_dir)
     store = snapshot_store.store_of(snapshot_dir, manifest)
     try:
-        entries = snapshot_store.resolve_entries(manifest, store)
+        entries = snapshot_store.resolve_entries(manifest, store, folder=snapshot_dir)
     except ValueError as problem:
         raise _fail(snapshot_dir / MANIFEST_NAME, str(problem)) from None
     return manifest, entries, store
@@ -1531,7 +1531,7 @@ def _previous_entries(snapshot_dir: Path, store: SnapshotStore) -> dict[str, dic
     while they were hard links to their stored copy)."""
     try:
         manifest = read_manifest(snapshot_dir)
-        return snapshot_store.resolve_entries(manifest, store)
+        return snapshot_store.resolve_entries(manifest, store, folder=snapshot_dir)
     except (CorpusError, ValueError, OSError):
         return {}
 

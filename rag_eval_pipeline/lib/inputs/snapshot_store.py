@@ -21,8 +21,11 @@ before it adds only the changed documents to the disk. A manifest lists every do
 with its document digest (over its passages, as before), ``sha256`` and ``bytes`` of its file;
 when it is frozen after another snapshot in the same store (its *base*), it lists only the
 versions that are new or changed, the ones ``removed``, and the base manifest's object digest, so
-a manifest costs the size of the change too. Loading applies the chain (at most
-``MAX_BASE_DEPTH`` deep) and checks every stored object it reads against its name.
+a manifest costs the size of the change too. A base is always another snapshot folder's manifest,
+never the folder's own earlier one. Loading applies the chain (at most ``MAX_BASE_DEPTH`` deep)
+and checks every stored object it reads against its name. A checkout without the store (it is not
+kept in git: ``documents/`` and ``manifest.json`` are) loads as well: each base manifest is then
+read from its snapshot folder beside this one, where its SHA-256 must be the one the delta names.
 
 The documents stay readable markdown files in ``documents/``, and a folder of markdown files
 without a store still loads (its manifest lists every document, as before). Because the files are
@@ -32,6 +35,7 @@ frozen. Start a new snapshot from a copy (``cp -r``, then ``chmod -R u+w`` on th
 read-only files are read-only), edit it, then freeze it.
 """
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -402,22 +406,49 @@ def relative_store(snapshot_dir: Path, store: SnapshotStore) -> str:
     return Path(os.path.relpath(store.root.absolute(), Path(snapshot_dir).absolute())).as_posix()
 
 
-def resolve_entries(manifest: dict, store: SnapshotStore | None, depth: int = 0) -> dict[str, dict]:
-    """Every document version's entry: the manifest's own, applied to its base's (if any)."""
+def _base_manifest_bytes(
+    base: dict, store: SnapshotStore | None, folder: Path | None
+) -> tuple[bytes, Path | None]:
+    """The bytes of a delta manifest's ``base`` (their SHA-256 is ``base["manifest"]``), and the
+    snapshot folder they were found in (None: from the store). The store keeps every manifest it
+    froze; a checkout without the store (``.snapshot_store`` is not in git) still has the base
+    snapshot's own ``manifest.json`` beside ``folder``, the same bytes while that snapshot was
+    not frozen again."""
+    if store is not None and store.object_path(base["manifest"]).is_file():
+        return store.read_object(base["manifest"]), None
+    beside = None
+    if folder is not None and isinstance(base.get("snapshot_id"), str):
+        beside = Path(folder).parent / base["snapshot_id"]
+        with contextlib.suppress(OSError):
+            data = (beside / MANIFEST_NAME).read_bytes()
+            if sha256_hex(data) == base["manifest"]:
+                return data, beside
+    where = "no snapshot store" if store is None else f"the snapshot store {store.root}"
+    if beside is not None:
+        where += f", and {beside / MANIFEST_NAME} is not that manifest (missing, or frozen again)"
+    raise ValueError(
+        f"its base manifest (snapshot {base.get('snapshot_id')}, stored object "
+        f"{base['manifest']}) is not in {where}: keep a snapshot folder beside the snapshot "
+        f"it lists its changes from (or the {STORE_NAME} folder), or freeze the folder again"
+    )
+
+
+def resolve_entries(
+    manifest: dict, store: SnapshotStore | None, depth: int = 0, *, folder: Path | None = None
+) -> dict[str, dict]:
+    """Every document version's entry: the manifest's own, applied to its base's (if any).
+    ``folder`` is the snapshot folder of ``manifest``, beside which a base missing from the
+    store is looked for (``_base_manifest_bytes``)."""
     base = manifest.get("base")
     if base is None:
         return dict(manifest["documents"])
     if depth >= MAX_BASE_DEPTH:
         raise ValueError(f"chain of base manifests is deeper than {MAX_BASE_DEPTH}")
-    if store is None or not store.object_path(base["manifest"]).is_file():
-        where = "no snapshot store" if store is None else f"the snapshot store {store.root}"
-        raise ValueError(
-            f"its base manifest (snapshot {base.get('snapshot_id')}, stored object "
-            f"{base['manifest']}) is not in {where}: keep a snapshot folder with the "
-            f"{STORE_NAME} folder beside it, or freeze the folder again"
-        )
-    base_manifest = checked_manifest(json.loads(store.read_object(base["manifest"])))
-    entries = resolve_entries(base_manifest, store, depth + 1)
+    data, found_in = _base_manifest_bytes(base, store, folder)
+    base_manifest = checked_manifest(json.loads(data))
+    if found_in is None and folder is not None:
+        found_in = Path(folder).parent / str(base["snapshot_id"])
+    entries = resolve_entries(base_manifest, store, depth + 1, folder=found_in)
     for version_id in manifest.get("removed", []):
         entries.pop(version_id, None)
     entries.update(manifest["documents"])
@@ -477,8 +508,11 @@ def _base_candidates(snapshot_dir: Path, store: SnapshotStore) -> list[Path]:
 def _choose_base(
     snapshot_dir: Path, store: SnapshotStore, entries: dict[str, dict]
 ) -> tuple[dict, dict[str, dict], str] | None:
-    """The first candidate in the same store that is stored, resolvable and close enough."""
-    for path in _base_candidates(snapshot_dir, store):
+    """The first candidate in the same store that is stored, resolvable and close enough. The
+    folder's own manifest is not a candidate: this freeze replaces it, so a checkout without the
+    store (``.snapshot_store`` is not in git) could not resolve a delta against it; a base is
+    always another snapshot's ``manifest.json``, which stays beside this one."""
+    for path in _base_candidates(snapshot_dir, store)[1:]:
         try:
             data = path.read_bytes()
             manifest = checked_manifest(json.loads(data))
@@ -491,7 +525,7 @@ def _choose_base(
         if not store.object_path(digest).is_file() or _chain_depth(manifest) >= MAX_BASE_DEPTH:
             continue
         try:
-            base_entries = resolve_entries(manifest, store)
+            base_entries = resolve_entries(manifest, store, folder=path.parent)
         except (OSError, ValueError):
             continue
         changed = sum(1 for k, v in entries.items() if base_entries.get(k) != v)
