@@ -626,3 +626,36 @@ def test_a_system_block_in_a_run_file_keeps_the_environments_url_and_key_variabl
     )
     reference = {"resources": {"system": {"config": {"evidence_threshold": 4.0}}}}
     assert with_deployment_system(reference, Deployment()) == reference
+
+
+def test_rag_eval_sql_reads_the_warehouse_and_never_writes_it(tmp_path):
+    """``rag-eval sql`` is the DuckDB session for those without the DuckDB command line: a
+    table or CSV of any query on the published warehouse, read-only; bad SQL and writes are one
+    error line naming the warehouse, status 2."""
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+    warehouse = tmp_path / "w.duckdb"
+    with Warehouse(warehouse).writing() as connection:
+        connection.execute(
+            "INSERT INTO baseline_decisions (suite, golden_set, eval_run_id, kind, reason, "
+            "decided_at) VALUES ('mine', 'golden', 'r1', 'accepted', 'a, reason', now())"
+        )
+    env = {"RAG_EVAL_WAREHOUSE": str(warehouse)}
+    query = "SELECT suite, eval_run_id, reason FROM baseline_decisions"
+    table = rag_eval("sql", query, env=env)
+    assert table.returncode == 0, table.stderr
+    assert (
+        "┆ eval_run_id ┆" in table.stdout and "│ mine  ┆ r1          ┆ a, reason │" in table.stdout
+    )
+    csv = rag_eval("sql", query, "--csv", env=env)
+    assert csv.stdout == 'suite,eval_run_id,reason\nmine,r1,"a, reason"\n'
+    for statement, problem in [
+        ("DELETE FROM baseline_decisions", "read-only mode"),
+        ("SELEC 1", "syntax error"),
+    ]:
+        refused = rag_eval("sql", statement, env=env)
+        assert refused.returncode == 2
+        assert refused.stderr.startswith(f"error: {warehouse}: ") and problem in refused.stderr
+    assert rag_eval(
+        "sql", "SELECT count(*) AS n FROM baseline_decisions", "--csv", env=env
+    ).stdout == ("n\n1\n")

@@ -7,7 +7,8 @@
 - ``rag-eval accept-baseline EVAL_RUN_ID --reason WHY``: a recorded baseline decision;
 - ``rag-eval history [--suite S] [--metric M]``, ``rag-eval compare RUN_A RUN_B``,
   ``rag-eval summary [EVAL_RUN_ID]``, ``rag-eval suites`` (the good suites, then an ``error:``
-  line for each bad suite file, and status 2 if there is one);
+  line for each bad suite file, and status 2 if there is one), ``rag-eval sql QUERY [--csv]``
+  (read-only SQL on the published warehouse);
 - ``rag-eval freeze SNAPSHOT_DIR``: write a snapshot's manifest digest;
 - ``rag-eval import trec|beir|squad ... --suite NAME``: a public collection as a suite of its own;
 - ``rag-eval export-run EVAL_RUN_ID FILE`` and ``rag-eval evaluate-run QRELS RUN``: TREC files.

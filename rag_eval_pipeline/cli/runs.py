@@ -1,5 +1,5 @@
 """Reading and deciding about runs: ``summary``, ``history``, ``compare``, ``accept-baseline``,
-``suites``. (``rebaseline`` is in ``cli.nightly``: it runs a night.)"""
+``suites``, ``sql``. (``rebaseline`` is in ``cli.nightly``: it runs a night.)"""
 
 import argparse
 import json
@@ -206,6 +206,39 @@ def command_suites(args: argparse.Namespace) -> int:
     return 2 if problems else 0
 
 
+def command_sql(args: argparse.Namespace) -> int:
+    """Run read-only SQL on the published warehouse and print the result: a table, or CSV with
+    ``--csv`` (every row and column either way). The connection is read-only, so a statement
+    that would write fails, as does bad SQL: one ``error:`` line naming the warehouse, status 2."""
+    import duckdb
+    import polars as pl
+
+    query = sys.stdin.read() if args.query == "-" else args.query
+    warehouse = project.existing_warehouse()
+    with warehouse.reading() as connection:
+        try:
+            relation = connection.sql(query)
+            frame = relation.pl() if relation is not None else None
+        except duckdb.Error as error:
+            raise ConfigError(f"{warehouse.path}: {' '.join(str(error).split())}") from None
+    if frame is None:
+        return 0
+    if args.csv:
+        sys.stdout.write(frame.write_csv())
+        return 0
+    with pl.Config(
+        tbl_rows=-1,
+        tbl_cols=-1,
+        fmt_str_lengths=120,
+        tbl_width_chars=10_000,
+        tbl_hide_dataframe_shape=True,
+        tbl_hide_column_data_types=True,
+        tbl_hide_dtype_separator=True,
+    ):
+        print(frame)
+    return 0
+
+
 def add_commands(commands) -> None:
     summary = commands.add_parser("summary", help="print an evaluation run's summary")
     summary.add_argument("eval_run_id", nargs="?", help="default: the latest completed run")
@@ -241,3 +274,10 @@ def add_commands(commands) -> None:
 
     suites = commands.add_parser("suites", help="list the suites and what they evaluate")
     suites.set_defaults(handler=command_suites)
+
+    sql = commands.add_parser(
+        "sql", help="run read-only SQL on the published warehouse (no DuckDB install needed)"
+    )
+    sql.add_argument("query", help="the SQL, e.g. \"SELECT * FROM eval_runs\" ('-': stdin)")
+    sql.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    sql.set_defaults(handler=command_sql)
