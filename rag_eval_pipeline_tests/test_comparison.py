@@ -483,7 +483,30 @@ def test_the_drift_warning_names_the_drifted_items_and_why(library, tmp_path):
     ]
     assert not drift.passed
     assert drift.description == (
-        "1 item(s) have an answering passage that is not current in 2026-11-01: q2 (labelled "
+        "1 item(s) have an answering passage that is not current, or changed, in 2026-11-01: q2 (labelled "
         "against 2026-10-01): STORE-FRIDGE-001@v1#s1 is superseded: re-label them (golden_drift "
         "lists every one)"
+    )
+
+
+def test_a_gold_passage_edited_since_labelling_is_drift(library, tmp_path):
+    """A passage whose id stayed but whose text changed (no new version) no longer says what
+    the item's reference answers were written from: the item is flagged, naming the passage and
+    the snapshot it was labelled against."""
+    from .conftest import materialize_night
+
+    old = library / "2026-10-01"
+    new = library / "2026-11-01"
+    shutil.copytree(old, new, copy_function=shutil.copyfile)
+    document = new / "documents" / "STORE-FRIDGE-001@v1.md"
+    document.write_text(document.read_text().replace("STR-04", "STR-05"))
+    freeze_snapshot(new)
+    result = materialize_night(library, tmp_path / "w.duckdb", night="2026-11-15")
+    [drift] = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == "no_drifted_items"
+    ]
+    assert not drift.passed
+    assert drift.description.startswith(
+        "1 item(s) have an answering passage that is not current, or changed, in 2026-11-01: q2 (labelled "
+        "against 2026-10-01): STORE-FRIDGE-001@v1#s1 changed since 2026-10-01"
     )

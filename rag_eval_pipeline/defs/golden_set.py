@@ -33,7 +33,10 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
                 "no_drifted_items",
                 asset="golden_set",
                 partitions=partitions,
-                description="No item's answering passage was superseded or withdrawn since labelling.",
+                description=(
+                    "No item's answering passage was superseded, withdrawn or changed since "
+                    "labelling."
+                ),
             ),
             nightly_check(
                 "no_answer_share",
@@ -72,15 +75,16 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         store = warehouse_db.run_store()
         # Items labelled against another snapshot: their gold checked against it, as labelled
         # (verified and staged once, as a night's snapshot is; later nights only hash its files).
+        labelled_digests = []
         for folder in sorted(set(labelled.values())):
             staged = stage_snapshot(store, Path(suite.corpus_root) / folder, loaded_at=utc_now())
-            check_gold_in(
-                golden,
-                store.read_table(store.corpus_dir(staged.corpus_digest), "corpus_passages"),
-                [label for label, named in labelled.items() if named == folder],
-                snapshot_id=staged.snapshot_id,
-                source=str(path),
-            )
+            then = store.read_table(store.corpus_dir(staged.corpus_digest), "corpus_passages")
+            labels = [label for label, named in labelled.items() if named == folder]
+            check_gold_in(golden, then, labels, snapshot_id=staged.snapshot_id, source=str(path))
+            digests = then.select("passage_id", labelled_digest="passage_digest")
+            labelled_digests += [
+                digests.with_columns(labelled_against=pl.lit(label)) for label in labels
+            ]
         passages = store.read_table(store.corpus_dir(digest), "corpus_passages")
         drift = validate_against_snapshot(
             golden,
@@ -88,6 +92,7 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
             snapshot_id=corpus_snapshot["snapshot_id"],
             corpus_digest=digest,
             source=str(path),
+            labelled=pl.concat(labelled_digests) if labelled_digests else None,
         )
         tables = golden_tables(golden)
         stage_tables(store, store.golden_dir(golden.golden_digest), tables)
@@ -135,8 +140,9 @@ def golden_checks(items: pl.DataFrame, drifted: pl.DataFrame, strata: dict, snap
         passed=drifted.height == 0,
         severity=dg.AssetCheckSeverity.WARN,
         description=(
-            f"{drifted.height} item(s) have an answering passage that is not current in "
-            f"{snapshot_id}: {examples}{more}: re-label them (golden_drift lists every one)"
+            f"{drifted.height} item(s) have an answering passage that is not current, or "
+            f"changed, in {snapshot_id}: {examples}{more}: re-label them (golden_drift lists "
+            "every one)"
             if drifted.height
             else "no drifted items"
         ),

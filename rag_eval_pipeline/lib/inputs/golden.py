@@ -257,13 +257,18 @@ def validate_against_snapshot(
     snapshot_id: str,
     corpus_digest: str,
     source: str,
+    labelled: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Check gold ids against a snapshot and flag drifted items.
 
     On the snapshot an item was labelled against (by folder name, digest or digest prefix:
-    ``names_snapshot``), an unknown gold passage id is an error naming the line. On any other
-    snapshot the golden set is read as it stands: an item whose grade >= 2 gold passage is no
-    longer current (superseded, withdrawn or gone) is flagged for re-labelling with the reason.
+    ``names_snapshot``), its gold is checked (``check_gold_in``). On any other snapshot the
+    golden set is read as it stands: an item whose grade >= 2 gold passage is not current
+    (superseded, withdrawn or gone) is flagged for re-labelling with the reason, and so is one
+    whose grade >= 2 gold passage is current but changed since labelling (its passage digest,
+    over its text and its document's details, differs from the one in ``labelled``: rows of
+    ``labelled_against, passage_id, labelled_digest`` of the snapshots the items are labelled
+    against; the reference answers were written for the old text).
     Returns one row per item: ``item_id, drifted, drift_reason``.
     """
     here = [
@@ -273,6 +278,15 @@ def validate_against_snapshot(
     ]
     check_gold_in(golden, passages, here, snapshot_id=snapshot_id, source=source)
     joined = _gold_with_status(golden, passages)
+    if labelled is None or "passage_digest" not in passages.columns:
+        joined = joined.with_columns(changed=pl.lit(False))
+    else:
+        joined = joined.join(
+            passages.select("passage_id", "passage_digest"), on="passage_id", how="left"
+        ).join(labelled, on=["labelled_against", "passage_id"], how="left")
+        joined = joined.with_columns(
+            changed=(pl.col("labelled_digest") != pl.col("passage_digest")).fill_null(False)
+        )
     reasons = (
         joined.filter(pl.col("grade") >= 2)
         .with_columns(
@@ -280,6 +294,8 @@ def validate_against_snapshot(
             .then(pl.format("{} is not in the snapshot", "passage_id"))
             .when(pl.col("status") != "current")
             .then(pl.format("{} is {}", "passage_id", "status"))
+            .when(pl.col("changed"))
+            .then(pl.format("{} changed since {}", "passage_id", "labelled_against"))
         )
         .filter(pl.col("reason").is_not_null())
         .group_by("item_id")
