@@ -241,6 +241,53 @@ def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(
     assert statuses == ["FAILURE", "FAILURE", "SUCCESS"]
 
 
+def test_a_rerun_of_a_complete_night_that_dies_leaves_it_complete_and_the_baseline(
+    library, tmp_path
+):
+    """Running a completed night again is the same evaluation run (same inputs and settings):
+    while the new attempt runs, and after it is killed, the warehouse keeps the finished run
+    complete, with its figures, as the suite's baseline; the next night is compared with it.
+    A re-run that completes writes its own record over it."""
+    env = cli_environment(library, tmp_path)
+    first = nightly(NIGHT, env)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    warehouse = Path(env["RAG_EVAL_WAREHOUSE"])
+    [(eval_run_id, completed_at, headline)] = query(
+        warehouse, "SELECT eval_run_id, completed_at, headline FROM eval_runs"
+    )
+    again = nightly(NIGHT, env)
+    wait_for_line(again, "generation_run")
+    again.kill()
+    again.wait(timeout=30)
+    later = subprocess.run(
+        [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", "2026-10-16"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert later.returncode == 0, later.stderr
+    assert "failed abandoned run" in later.stderr
+    assert f"is comparable with baseline {eval_run_id}" in later.stdout
+    assert query(
+        warehouse,
+        "SELECT status, completed_at, headline, is_current_baseline FROM eval_runs "
+        "WHERE eval_run_id = $r",
+        {"r": eval_run_id},
+    ) == [("complete", completed_at, headline, True)]
+    third = nightly(NIGHT, env)
+    _, err = third.communicate(timeout=300)
+    assert third.returncode == 0, err
+    [(status, completed_again)] = query(
+        warehouse,
+        "SELECT status, completed_at FROM eval_runs WHERE eval_run_id = $r",
+        {"r": eval_run_id},
+    )
+    assert status == "complete" and completed_again > completed_at
+
+
 ANALYST = textwrap.dedent(
     """
     import duckdb, sys, time, pathlib

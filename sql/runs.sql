@@ -42,4 +42,4 @@ ORDER BY metric
 
 -- name: record_starts
 -- What the warehouse knows of each run's start, to sync records from the run store.
-SELECT eval_run_id, started_at, trace_file FROM eval_run_records
+SELECT eval_run_id, started_at, trace_file, status FROM eval_run_records

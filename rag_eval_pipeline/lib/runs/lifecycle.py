@@ -3,8 +3,9 @@
 - ``begin_run``: the record goes to ``run.json`` in the run's folder (status ``started``) before the
   system is asked anything. No step but the summary writes the warehouse, so the record reaches
   it at the next publish: every write of the warehouse (``publishing``) first copies the records
-  of runs it does not know yet, and of runs that began again, from the run store. A run that dies
-  is therefore listed as incomplete, never missing and never complete;
+  of runs it does not know yet, and of runs that began again (unless complete there: a complete
+  run run again stays complete until the new attempt completes), from the run store. A run that
+  dies is therefore listed as incomplete at the next publish, never complete;
 - ``note_capture``: a live run's trace file and its digest, on the record in the run store;
 - ``finish_run``: the summary step loads every table, completes the record and settles the
   baseline, in one private copy of the warehouse published at once;
@@ -23,7 +24,7 @@ from rag_eval_pipeline.lib.reporting.summary import headline_from_tables
 from rag_eval_pipeline.lib.runs import registry
 from rag_eval_pipeline.lib.runs.baselines import Settled, baseline_eligibility, settle_baseline
 from rag_eval_pipeline.lib.runs.load import load_run
-from rag_eval_pipeline.lib.runs.record import EvalRunRecord
+from rag_eval_pipeline.lib.runs.record import COMPLETE, EvalRunRecord
 from rag_eval_pipeline.lib.store.run_store import RunStore
 from rag_eval_pipeline.lib.store.sql import sql_query
 from rag_eval_pipeline.lib.store.warehouse import Warehouse
@@ -63,38 +64,58 @@ def read_record(store: RunStore, eval_run_id: str) -> EvalRunRecord:
     return EvalRunRecord.from_json(document)
 
 
-def sync_records(connection: duckdb.DuckDBPyConnection, store: RunStore) -> list[str]:
-    """Copy into the warehouse the records of runs it does not know, or that began again since
-    (status ``started``), and their capture; returns the runs written."""
-    runs = store.root / "runs"
-    if not runs.exists():
-        return []
-    known = {
-        eval_run_id: (started_at, trace_file)
-        for eval_run_id, started_at, trace_file in connection.execute(
+def _known_starts(connection: duckdb.DuckDBPyConnection) -> dict[str, tuple]:
+    """``eval_run_id -> (started_at, trace_file, status)`` of the warehouse's records."""
+    return {
+        eval_run_id: (started_at, trace_file, status)
+        for eval_run_id, started_at, trace_file, status in connection.execute(
             sql_query("runs", "record_starts")
         ).fetchall()
     }
+
+
+def _sync_record(
+    connection: duckdb.DuckDBPyConnection, document: dict, seen: tuple | None, *, force: bool
+) -> bool:
+    """Copy one run store record into the warehouse when the warehouse does not know the run,
+    or the run began again since and is not complete there (or ``force``: the run is being
+    completed now), with its capture; whether the record was written."""
+    started_at = dt.datetime.fromisoformat(document["started_at"])
+    eval_run_id = document["eval_run_id"]
+    settled = seen is not None and seen[2] == COMPLETE and not force
+    written = seen is None or (seen[0] < started_at and not settled)
+    if written:
+        registry.start_run(
+            connection,
+            EvalRunRecord.from_json(document),
+            document.get("dagster_run_id"),
+            started_at,
+        )
+    trace_file = document.get("trace_file")
+    if trace_file and (written or (seen[1] != trace_file and not settled)):
+        registry.record_capture(connection, eval_run_id, trace_file, document["trace_digest"])
+    return written
+
+
+def sync_records(connection: duckdb.DuckDBPyConnection, store: RunStore) -> list[str]:
+    """Copy into the warehouse the records of runs it does not know, or that began again since
+    (status ``started``), and their capture; returns the runs written.
+
+    A run that is complete in the warehouse stays complete while it is run again (the same
+    evaluation run: same night, inputs and settings): the warehouse still holds its finished
+    tables, so it stays the figures and the baseline it is until the new attempt completes
+    (``finish_run`` then writes its record), and an attempt that dies leaves it as it was."""
+    runs = store.root / "runs"
+    if not runs.exists():
+        return []
+    known = _known_starts(connection)
     written = []
     for folder in sorted(runs.iterdir(), key=lambda path: path.name):
         document = store.read_json(folder / RECORD_FILE)
         if document is None or "started_at" not in document:
             continue
-        started_at = dt.datetime.fromisoformat(document["started_at"])
-        eval_run_id = document["eval_run_id"]
-        seen = known.get(eval_run_id)
-        if seen is None or seen[0] < started_at:
-            registry.start_run(
-                connection,
-                EvalRunRecord.from_json(document),
-                document.get("dagster_run_id"),
-                started_at,
-            )
-            written.append(eval_run_id)
-        if document.get("trace_file") and (seen is None or seen[1] != document["trace_file"]):
-            registry.record_capture(
-                connection, eval_run_id, document["trace_file"], document["trace_digest"]
-            )
+        if _sync_record(connection, document, known.get(document["eval_run_id"]), force=False):
+            written.append(document["eval_run_id"])
     return written
 
 
@@ -126,7 +147,13 @@ def finish_run(
     seed: int,
     max_judge_error_share: float = 0.05,
 ) -> Finished:
-    """Load the run, complete its record, settle its baseline (on a ``publishing`` connection)."""
+    """Load the run, complete its record, settle its baseline (on a ``publishing`` connection).
+    The record of this attempt is written first, also over a complete one of an earlier
+    attempt (``sync_records`` leaves those)."""
+    document = store.read_json(store.run_dir(record.eval_run_id) / RECORD_FILE)
+    if document is not None and "started_at" in document:
+        seen = _known_starts(connection).get(record.eval_run_id)
+        _sync_record(connection, document, seen, force=True)
     loaded = load_run(connection, store, record)
     headline = headline_from_tables(connection, record.eval_run_id, with_gates=False)
     registry.complete_run(connection, record.eval_run_id, headline, report_path)
