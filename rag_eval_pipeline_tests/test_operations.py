@@ -622,7 +622,12 @@ def test_a_failed_run_posts_a_run_failure_alert(library, tmp_path, monkeypatch):
         alert_for_failed_run(broken, instance, warehouse)
     [alert] = hook.received
     assert alert["kind"] == "run_failure" and alert["eval_run_id"] is None
-    assert alert["text"].startswith(f"rag_eval: __ephemeral_asset_job__ {NIGHT}|golden failed:")
+    # The alert the daemon posts says what the command line says: the step, file, line, problem
+    # (not Dagster's "Steps failed: ['golden_set']").
+    assert alert["text"].startswith(
+        f"rag_eval: __ephemeral_asset_job__ {NIGHT}|golden failed: step golden_set failed: "
+        f"{library / 'golden.jsonl'}:1: malformed JSON"
+    ), alert["text"]
 
 
 def test_a_significant_regression_fails_the_comparison_and_posts_an_alert(tmp_path, monkeypatch):

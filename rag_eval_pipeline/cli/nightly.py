@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import datetime as dt
 import os
-import re
 import signal
 import socket
 import sys
@@ -29,14 +28,12 @@ import yaml
 from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_name
+from rag_eval_pipeline.lib.runs.failures import failed_on_input, step_failure_lines
 from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_REASON_TAG,
     REBASELINE_TAG,
     REQUESTED_BY_TAG,
 )
-
-CHECK_FAILURE = "DagsterAssetCheckFailedError"
-INTERRUPTED = "DagsterExecutionInterruptedError"
 
 
 def read_run_config(path: str | None) -> dict:
@@ -258,37 +255,11 @@ def end_interrupted_runs(instance, tags: dict, reason: str) -> None:
         abandon_eval_run(run, reason, project.warehouse_resource())
 
 
-def step_name(step_key: str) -> str:
-    """A step as a person reads it: the asset, and the shard of a sharded asset's step
-    (``retrieval_run.retrieve_shard[shard_0003]`` -> ``retrieval_run (shard_0003)``)."""
-    asset, _, op = step_key.partition(".")
-    shard = op[op.index("[") + 1 : -1] if "[" in op else ""
-    return f"{asset} ({shard})" if shard else asset
-
-
-EXCEPTION_CLASS = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
-
-
 def failure_messages(result) -> list[str]:
     """One line per failed step (a failed blocking gate is reported with the gates instead)."""
-    lines = []
-    for event in result.all_events:
-        if not event.is_step_failure:
-            continue
-        error = event.event_specific_data.error
-        if error is not None and CHECK_FAILURE in (error.cls_name or ""):
-            continue
-        if error is not None and INTERRUPTED in (error.cls_name or ""):
-            name = RECEIVED[0] if RECEIVED else "SIGINT or SIGTERM"
-            lines.append(f"step {step_name(event.step_key)} failed: interrupted by {name}")
-            continue
-        cause = error.cause if error is not None and error.cause is not None else error
-        text = (cause.message if cause is not None else "").strip()
-        # The exception's class (``ValueError: ``, ``rag_eval_pipeline...RunStopped: ``) is
-        # not part of what the user is told.
-        text = EXCEPTION_CLASS.sub("", text, count=1)
-        lines.append(f"step {step_name(event.step_key)} failed: {' '.join(text.split())}")
-    return lines
+    return step_failure_lines(
+        result.all_events, interrupted_by=RECEIVED[0] if RECEIVED else "SIGINT or SIGTERM"
+    )
 
 
 def failed_checks(result) -> tuple[list[str], list[str]]:
@@ -334,44 +305,6 @@ def mark_failed(instance, result, reason: str, *, alert: bool = True) -> None:
             f"warning: the alert webhook refused the alert of run {run.run_id}: HTTP {status}",
             file=sys.stderr,
         )
-
-
-def _input_error_names() -> frozenset[str]:
-    """The class names of every ``InputError`` (a step's failure keeps only its error's class
-    name); the modules that define them are imported by the definitions."""
-    from rag_eval_pipeline.lib.errors import InputError
-
-    names, pending = set(), [InputError]
-    while pending:
-        cls = pending.pop()
-        names.add(cls.__name__)
-        pending.extend(cls.__subclasses__())
-    return frozenset(names)
-
-
-def failed_on_input(result) -> bool:
-    """Whether every failed step of ``result`` failed on bad input (an ``InputError``: a
-    snapshot, golden set, trace or label file, or a setting that cannot be used), at any depth
-    of the error's causes, rather than on the system, the judge, the store or a bug."""
-    names = _input_error_names()
-    failures = [
-        event.event_specific_data.error
-        for event in result.all_events
-        if event.is_step_failure
-        and not (
-            event.event_specific_data.error is not None
-            and CHECK_FAILURE in (event.event_specific_data.error.cls_name or "")
-        )
-    ]
-
-    def on_input(error) -> bool:
-        while error is not None:
-            if error.cls_name in names:
-                return True
-            error = error.cause
-        return False
-
-    return bool(failures) and all(on_input(error) for error in failures)
 
 
 def fail_on_steps(instance, result, lines: list[str]) -> int:

@@ -11,9 +11,19 @@ import dagster as dg
 
 from rag_eval_pipeline.defs.resources import WarehouseResource
 from rag_eval_pipeline.lib.reporting.alerts import alert_for, post_alert
+from rag_eval_pipeline.lib.runs.failures import step_failure_lines
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
 
 WEBHOOK_VARIABLE = "RAG_EVAL_ALERT_WEBHOOK"
+
+
+def failure_reason(instance: dg.DagsterInstance, run_id: str, fallback: str) -> str:
+    """Why a run failed, as ``rag-eval nightly`` says it: its failed steps' lines, or
+    ``fallback`` (Dagster's run failure message) when no step failed (a run killed from
+    outside, a run that never started)."""
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    lines = step_failure_lines(r.event_log_entry.dagster_event for r in records.records)
+    return "; ".join(lines) or fallback
 
 
 def failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, str]]:
@@ -76,10 +86,8 @@ def alert_failed_run(
     description="Marks a failed night's evaluation run failed and posts an alert to the webhook.",
 )
 def failure_alerts(context: dg.RunFailureSensorContext, warehouse_db: WarehouseResource):
-    alert_failed_run(
-        context.instance,
-        context.dagster_run,
-        context.failure_event.message or "the run failed",
-        warehouse_db,
-        context.log,
+    run = context.dagster_run
+    reason = failure_reason(
+        context.instance, run.run_id, context.failure_event.message or "the run failed"
     )
+    alert_failed_run(context.instance, run, reason, warehouse_db, context.log)

@@ -1,0 +1,79 @@
+"""Why a Dagster run's steps failed, as a person reads it, for ``rag-eval nightly`` and the
+failure alerts alike (the daemon's alert says what the command line says)."""
+
+import re
+from collections.abc import Iterable
+
+from rag_eval_pipeline.lib.errors import InputError
+
+CHECK_FAILURE = "DagsterAssetCheckFailedError"
+INTERRUPTED = "DagsterExecutionInterruptedError"
+EXCEPTION_CLASS = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
+
+
+def step_name(step_key: str) -> str:
+    """A step as a person reads it: the asset, and the shard of a sharded asset's step
+    (``retrieval_run.retrieve_shard[shard_0003]`` -> ``retrieval_run (shard_0003)``)."""
+    asset, _, op = step_key.partition(".")
+    shard = op[op.index("[") + 1 : -1] if "[" in op else ""
+    return f"{asset} ({shard})" if shard else asset
+
+
+def step_failure_lines(events: Iterable, interrupted_by: str = "SIGINT or SIGTERM") -> list[str]:
+    """One line per failed step of a run's events (``step golden_set failed: <file>: <what is
+    wrong>``), the error's own message without its class; a failed blocking check is left to
+    the checks, and a step stopped by a signal says ``interrupted by <interrupted_by>``."""
+    lines = []
+    for event in events:
+        if not event.is_step_failure:
+            continue
+        error = event.event_specific_data.error
+        if error is not None and CHECK_FAILURE in (error.cls_name or ""):
+            continue
+        if error is not None and INTERRUPTED in (error.cls_name or ""):
+            lines.append(
+                f"step {step_name(event.step_key)} failed: interrupted by {interrupted_by}"
+            )
+            continue
+        cause = error.cause if error is not None and error.cause is not None else error
+        text = EXCEPTION_CLASS.sub(
+            "", (cause.message if cause is not None else "").strip(), count=1
+        )
+        lines.append(f"step {step_name(event.step_key)} failed: {' '.join(text.split())}")
+    return lines
+
+
+def _input_error_names() -> frozenset[str]:
+    """The class names of every ``InputError`` (a step's failure keeps only its error's class
+    name); the modules that define them are imported by the definitions."""
+    names, pending = set(), [InputError]
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+def failed_on_input(result) -> bool:
+    """Whether every failed step of ``result`` failed on bad input (an ``InputError``: a
+    snapshot, golden set, trace or label file, or a setting that cannot be used), at any depth
+    of the error's causes, rather than on the system, the judge, the store or a bug."""
+    names = _input_error_names()
+    failures = [
+        event.event_specific_data.error
+        for event in result.all_events
+        if event.is_step_failure
+        and not (
+            event.event_specific_data.error is not None
+            and CHECK_FAILURE in (event.event_specific_data.error.cls_name or "")
+        )
+    ]
+
+    def on_input(error) -> bool:
+        while error is not None:
+            if error.cls_name in names:
+                return True
+            error = error.cause
+        return False
+
+    return bool(failures) and all(on_input(error) for error in failures)
