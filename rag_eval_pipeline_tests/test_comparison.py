@@ -157,6 +157,51 @@ def test_a_night_whose_guard_ran_in_its_own_process_is_not_decided_again(nights)
     assert candidate.startswith("2026-10-17-")
 
 
+def test_a_night_whose_process_died_before_deciding_is_decided_by_the_daemon(nights):
+    """A night tagged for the in-process guard is left to its ``rag-eval nightly`` while that
+    process runs (kept for the next tick), skipped once the process tagged it decided, and
+    decided by the sensor when the process ended without deciding (killed during its
+    comparison: no comparison would ever be made otherwise)."""
+    import os
+    import socket
+    import subprocess
+
+    from rag_eval_pipeline.defs.sensors import (
+        GUARD_DONE_TAG,
+        GUARD_TAG,
+        HOST_TAG,
+        IN_PROCESS,
+        PID_TAG,
+    )
+
+    nights.run("2026-10-15")
+    nights.tick()
+    here = {GUARD_TAG: IN_PROCESS, HOST_TAG: socket.gethostname()}
+    running = nights.run("2026-10-16", tags={**here, PID_TAG: str(os.getpid())})
+    first = nights.tick()
+    assert first.run_requests == []
+    assert f"left to rag-eval nightly, deciding it in its process {os.getpid()}" in (
+        first.skip_message
+    )
+    still = nights.tick()
+    assert still.run_requests == [] and "left to rag-eval nightly" in still.skip_message
+    nights.instance.add_run_tags(running.run_id, {GUARD_DONE_TAG: "true"})
+    done = nights.tick()
+    assert done.run_requests == []
+    assert f"decided by rag-eval nightly in its own process (run {running.run_id})" in (
+        done.skip_message
+    )
+    assert "no evaluation run completed since" in nights.tick().skip_message
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    died = nights.run("2026-10-17", tags={**here, PID_TAG: str(gone.pid)})
+    [request] = nights.tick().run_requests
+    assert request.job_name == "run_comparison_job"
+    candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
+    assert candidate == died.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+
+
 def test_different_corpus_digest_is_skipped_with_both_digests(nights, library):
     nights.run("2026-10-15")
     new_snapshot(library)

@@ -331,6 +331,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.defs import build_definitions
     from rag_eval_pipeline.defs.partitions import SUITE, check_night, partition_key
     from rag_eval_pipeline.defs.sensors import (
+        GUARD_DONE_TAG,
         GUARD_TAG,
         IN_PROCESS,
         fail_abandoned_runs,
@@ -412,10 +413,18 @@ def command_nightly(args: argparse.Namespace) -> int:
 
     # The comparison guard, as the sensor would run it under the daemon: compare, re-baseline
     # (then compare), or say why not.
+    # Each run whose summary this guard decided (and ran what it decided for) is tagged so; one
+    # left untagged because this process died is decided by the daemon's guard after all.
+    deciding = result.run_id
+
+    def decided(run_id: str) -> None:
+        instance.add_run_tags(run_id, {GUARD_DONE_TAG: "true"})
+
     while args.guard and summary:
         requests, reason = guard_requests(summary)
         print(f"\ncomparison guard: {reason}")
         if not requests:
+            decided(deciding)
             break
         request = requests[0]
         print(f"running {request.job_name} for {request.partition_key}", file=sys.stderr)
@@ -430,8 +439,11 @@ def command_nightly(args: argparse.Namespace) -> int:
         )
         more_failures = failure_messages(follow_up)
         if more_failures:
-            status = fail_on_steps(instance, follow_up, more_failures)
+            status = fail_on_steps(instance, follow_up, more_failures)  # exits if interrupted
+            decided(deciding)
             return max(report_gates(), status)
+        decided(deciding)
+        deciding = follow_up.run_id
         more_failed, more_warned = failed_checks(follow_up)
         if not follow_up.success:
             gated.append((follow_up, more_failed))
@@ -442,7 +454,33 @@ def command_nightly(args: argparse.Namespace) -> int:
                 print(format_comparison(candidate, comparison_rows(connection, candidate)))
             break
         summary = summary_facts(follow_up)
+        if request.job_name == "rebaseline" and summary:
+            with warehouse.reading() as connection:
+                print(format_offsets(summary["eval_run_id"], connection))
     return report_gates()
+
+
+def format_offsets(rebaseline_run_id: str, connection) -> str:
+    """What a re-baseline stored in ``rebaseline_offsets``, as a table: the corpus change's
+    effect on each metric, measured with the baseline's system."""
+    from rag_eval_pipeline.lib.store.sql import sql_query
+
+    rows = connection.execute(
+        sql_query("runs", "rebaseline_offsets"), {"eval_run_id": rebaseline_run_id}
+    ).fetchall()
+    if not rows:
+        return f"re-baseline {rebaseline_run_id}: no offsets recorded"
+    lines = [
+        f"re-baseline {rebaseline_run_id} against the old baseline {rows[0][0]} "
+        "(the baseline's system on both snapshots: the corpus change alone):"
+    ]
+    for _, metric, old, new, offset, low, high in rows:
+        if old is None or new is None or offset is None:
+            lines.append(f"  {metric:<16} not measured on both")
+            continue
+        interval = f" [{low:+.4f}, {high:+.4f}]" if low is not None and high is not None else ""
+        lines.append(f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}{interval}")
+    return "\n".join(lines)
 
 
 def comparison_line(row: dict) -> str:

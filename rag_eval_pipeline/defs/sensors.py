@@ -36,6 +36,10 @@ REFERENCE_FIELDS = set(ReferenceSystemResource.model_fields)
 # and the runs that guard launches): the sensor leaves its summary to that process.
 GUARD_TAG = "rag_eval/guard"
 IN_PROCESS = "in_process"
+# Added by ``rag-eval nightly`` to such a run once its guard decided it (and ran what it
+# decided). A night whose process ended without it (killed during its comparison) is decided by
+# the sensor after all.
+GUARD_DONE_TAG = "rag_eval/guard_decided"
 HOST_TAG = "rag_eval/host"
 PID_TAG = "rag_eval/pid"
 PAGE = 100
@@ -106,6 +110,47 @@ def completed_since(instance: dg.DagsterInstance, cursor: str | None):
             return records, cursor
 
 
+def _guard_cursor(text: str | None) -> tuple[str | None, list[str]]:
+    """The guard's cursor: the last ``eval_summary`` materialization seen, and the Dagster runs
+    whose summary ``rag-eval nightly`` was still deciding in its process at the last tick (a
+    plain materialization cursor, as written before there were any, has none)."""
+    if not text:
+        return None, []
+    try:
+        state = json.loads(text)
+    except ValueError:
+        return text, []
+    if not isinstance(state, dict):
+        return text, []
+    return state.get("after"), [str(run_id) for run_id in state.get("pending", [])]
+
+
+def summary_of_run(instance: dg.DagsterInstance, run_id: str) -> dict | None:
+    """The ``eval_summary`` metadata a Dagster run materialized (its last), or None."""
+    records = instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    for record in reversed(records):
+        materialization = record.event_log_entry.dagster_event.event_specific_data.materialization
+        if materialization.asset_key == dg.AssetKey("eval_summary"):
+            return metadata_values(materialization.metadata)
+    return None
+
+
+DECIDED, DECIDING, ENDED = "decided", "deciding", "ended"
+
+
+def in_process_state(run: dg.DagsterRun) -> str:
+    """Where the in-process guard of ``run`` stands: ``decided`` (tagged so; or run on another
+    machine, or before runs carried their process, which cannot be checked: left to that
+    process, as always), ``deciding`` (its ``rag-eval nightly`` is still running here) or
+    ``ended`` (that process ended without deciding: killed, or interrupted)."""
+    pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
+    if run.tags.get(GUARD_DONE_TAG) or not pid or host != socket.gethostname():
+        return DECIDED
+    return DECIDING if process_alive(int(pid)) else ENDED
+
+
 def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
     @dg.sensor(
         name="comparison_guard",
@@ -120,17 +165,43 @@ def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
     def comparison_guard(context: dg.SensorEvaluationContext):
         """A decision for each ``eval_summary`` materialization since the cursor: the run
         requests it makes, and the reason of every run it skips (both digests and the
-        re-baseline command when the corpus or golden set changed)."""
-        records, cursor = completed_since(context.instance, context.cursor)
-        requests, skipped = [], []
-        for record in records:
-            summary = metadata_values(record.asset_materialization.metadata)
-            run = context.instance.get_run_by_id(record.run_id)
-            if run is not None and run.tags.get(GUARD_TAG) == IN_PROCESS:
-                reason = f"decided by rag-eval nightly in its own process (run {record.run_id})"
-                made = []
+        re-baseline command when the corpus or golden set changed). A night that
+        ``rag-eval nightly`` decides in its own process is left to it while that process runs
+        (kept in the cursor and looked at again each tick), and decided here if the process
+        ended without deciding it."""
+        after, pending = _guard_cursor(context.cursor)
+        records, after = completed_since(context.instance, after)
+        summaries = [(run_id, summary_of_run(context.instance, run_id)) for run_id in pending]
+        summaries += [
+            (record.run_id, metadata_values(record.asset_materialization.metadata))
+            for record in records
+        ]
+        requests, skipped, still_pending = [], [], []
+        for run_id, summary in summaries:
+            if summary is None:
+                continue
+            run = context.instance.get_run_by_id(run_id)
+            made: list[dg.RunRequest] = []
+            state = (
+                in_process_state(run)
+                if run is not None and run.tags.get(GUARD_TAG) == IN_PROCESS
+                else None
+            )
+            if state == DECIDED:
+                reason = f"decided by rag-eval nightly in its own process (run {run_id})"
+            elif state == DECIDING:
+                still_pending.append(run_id)
+                reason = (
+                    f"left to rag-eval nightly, deciding it in its process "
+                    f"{run.tags[PID_TAG]} (run {run_id})"
+                )
             else:
                 made, reason = guard_requests(summary)
+                if state == ENDED:
+                    reason = (
+                        f"rag-eval nightly (process {run.tags[PID_TAG]}) ended before deciding "
+                        f"run {run_id}, so it is decided here: {reason}"
+                    )
             context.log.info(f"{summary['eval_run_id']}: {reason}")
             requests += made
             if not made:
@@ -138,6 +209,7 @@ def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
         skip = None
         if not requests:
             skip = dg.SkipReason("; ".join(skipped) or "no evaluation run completed since")
+        cursor = json.dumps({"after": after, "pending": still_pending}) if still_pending else after
         return dg.SensorResult(run_requests=requests, cursor=cursor, skip_reason=skip)
 
     return comparison_guard
