@@ -484,3 +484,40 @@ def test_the_html_report_shows_the_gates_and_the_calls_as_the_summary_does(repor
     # Without gate results recorded (an earlier warehouse), no gates section is claimed.
     without = {**report_data, "headline": {**report_data["headline"], "gates": None}}
     assert "Release gates (" not in report.report_html(without, rendered)
+
+
+def test_the_summary_of_a_run_that_did_not_finish_says_so_for_every_missing_figure():
+    """A failed run has no figures: each is "not measured" because the run did not finish, not
+    for a reason about the golden set (no items of a stratum, no reference answers), and its
+    gates were never checked."""
+    from rag_eval_pipeline.lib.reporting.summary import format_summary
+
+    headline = {
+        "eval_run_id": "2026-10-15-000000000000",
+        "partition_date": "2026-10-15",
+        "status": "failed",
+        "status_reason": "the process that ran it (pid 1 on host) is gone",
+        "suite": "golden",
+        "snapshot_id": "2026-10-01",
+        "corpus_digest": "c" * 64,
+        "golden_set": "golden",
+        "golden_digest": "g" * 64,
+        "system_id": "reference-bm25",
+        "system_config_digest": "s" * 64,
+        "judge_id": "deterministic",
+        "retrieval": [],
+        "generation": [],
+        "no_answer": [],
+        "operations": [],
+        "sufficiency_correctness": [],
+        "gates": [],
+    }
+    text = format_summary(headline)
+    assert "INCOMPLETE: this run is failed: the process that ran it" in text
+    assert "  Success@5                    not measured (the run did not finish)" in text
+    assert "  answer_correct_rate          not measured (the run did not finish)" in text
+    assert "  out_of_scope:                not measured (the run did not finish)" in text
+    assert "Release gates: none recorded for this run (not checked: the run did not finish)" in text
+    assert "no items of this stratum" not in text and "no must_mention" not in text
+    complete = format_summary({**headline, "status": "complete"})
+    assert "out_of_scope:                not measured (no items of this stratum" in complete

@@ -467,6 +467,9 @@ def test_a_bare_nightly_is_recorded_in_the_project_instance(library, tmp_path):
         assert run.status == dg.DagsterRunStatus.SUCCESS
         assert run.tags["rag_eval/eval_run_id"] == eval_run_id
         assert run.tags["dagster/partition"] == "2026-10-15|golden"
+        # Its guard decided it here (the first run: the baseline), so the daemon's will not.
+        assert run.tags["rag_eval/guard"] == "in_process"
+        assert run.tags["rag_eval/guard_decided"] == "true"
 
 
 def nightly_env(library: Path, tmp_path: Path) -> dict:
@@ -659,3 +662,66 @@ def test_rag_eval_sql_reads_the_warehouse_and_never_writes_it(tmp_path):
     assert rag_eval(
         "sql", "SELECT count(*) AS n FROM baseline_decisions", "--csv", env=env
     ).stdout == ("n\n1\n")
+
+
+def test_the_latest_summary_mentions_a_later_night_that_did_not_finish(library, tmp_path):
+    """``rag-eval summary`` without a run id shows the latest completed run; a run begun after
+    it that failed (tonight's, killed) is named on stderr, so it is not read past."""
+    from rag_eval_pipeline.lib.runs import registry
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+    from rag_eval_pipeline.testing import materialize_suite
+
+    from .conftest import SUITE, fixture_assets, fixture_resources
+
+    warehouse = tmp_path / "w.duckdb"
+    runs = []
+    for night in ("2026-10-15", "2026-10-16"):
+        result = materialize_suite(
+            night, SUITE, fixture_resources(library, warehouse), assets=fixture_assets()
+        )
+        runs.append(result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"])
+    env = {"RAG_EVAL_WAREHOUSE": str(warehouse)}
+    clean = rag_eval("summary", env=env)
+    assert clean.returncode == 0 and runs[1] in clean.stdout and "warning" not in clean.stderr
+    with Warehouse(warehouse).writing() as connection:
+        connection.execute(
+            "UPDATE eval_run_records SET status = 'started' WHERE eval_run_id = $run",
+            {"run": runs[1]},
+        )
+        registry.fail_run(connection, runs[1], "killed during generation_run")
+    shown = rag_eval("summary", env=env)
+    assert shown.returncode == 0 and f"Evaluation run {runs[0]}" in shown.stdout
+    assert shown.stderr == (
+        f"warning: {runs[1]} (night 2026-10-16), begun after this run, is failed: killed during "
+        "generation_run\n"
+    )
+    assert "warning" not in rag_eval("summary", runs[0], env=env).stderr
+
+
+def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
+    """``rag-eval rebaseline`` on a new snapshot runs the night, the baseline's system on it and
+    the comparison, and prints the offset of each metric it stored (the corpus change alone)."""
+    from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
+
+    env = cli_environment(library, tmp_path)
+    fixture_night(env, "2026-10-15")
+    snapshot = library / "2026-11-01"
+    shutil.copytree(library / "2026-10-01", snapshot, copy_function=shutil.copyfile)
+    log = snapshot / "documents" / "CLEAN-LOG-001@v1.md"
+    log.write_text(log.read_text().replace("12 months", "24 months"))
+    freeze_snapshot(snapshot)
+    done = rag_eval(
+        "rebaseline", "--suite", "golden", "--partition", "2026-11-02", "--reason", "new library",
+        env=env,
+    )  # fmt: skip
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
+        offsets = db.sql(
+            "SELECT rebaseline_run_id, old_baseline_run_id, metric, old_value, new_value, "
+            "offset_value FROM rebaseline_offsets ORDER BY metric"
+        ).fetchall()
+    assert offsets, done.stdout + done.stderr
+    rebaseline_run, old_baseline = offsets[0][:2]
+    assert f"re-baseline {rebaseline_run} against the old baseline {old_baseline} " in done.stdout
+    for _, _, metric, old, new, offset in offsets:
+        if None not in (old, new, offset):
+            assert f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}" in done.stdout

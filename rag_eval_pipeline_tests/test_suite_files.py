@@ -75,11 +75,14 @@ def test_other_values_are_refused_naming_the_file_and_the_field(tmp_path, line, 
 
 @pytest.fixture
 def registry(tmp_path) -> Path:
-    """Two good suites and three bad suite files."""
+    """Two good suites (their golden set and snapshot folders there) and three bad suite files."""
     folder = tmp_path / "suites"
     folder.mkdir()
-    (folder / "alpha.yaml").write_text(GOOD + "nightly: true\n")
-    (folder / "beta.yaml").write_text(GOOD + "snapshot: 2026-11-20\n")
+    (tmp_path / "g.jsonl").write_text("")
+    (tmp_path / "c" / "2026-11-20" / "documents").mkdir(parents=True)
+    good = f"golden_set: {tmp_path / 'g.jsonl'}\ncorpus_root: {tmp_path / 'c'}\n"
+    (folder / "alpha.yaml").write_text(good + "nightly: true\n")
+    (folder / "beta.yaml").write_text(good + "snapshot: 2026-11-20\n")
     (folder / "broken.yaml").write_text("golden_set: [\n")
     (folder / "lacking.yaml").write_text("golden_set: g.jsonl\n")
     (folder / "Mine.yaml").write_text(GOOD)
@@ -139,6 +142,45 @@ def test_rag_eval_suites_succeeds_when_every_file_is_good(registry, monkeypatch,
     assert main(["suites"]) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 2 and err == ""
+
+
+def test_rag_eval_suites_reports_what_a_good_suite_file_names_that_is_not_there(
+    tmp_path, monkeypatch, capsys
+):
+    """A suite file that reads well but names a golden set, a corpus root, a snapshot or a
+    trace store that is not there is an error line naming the file, the field and the path
+    (status 2), as its nightly would fail on it."""
+    folder = tmp_path / "suites"
+    folder.mkdir()
+    (tmp_path / "c" / "2026-11-20" / "documents").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "g.jsonl").write_text("")
+    golden, corpus = tmp_path / "g.jsonl", tmp_path / "c"
+    files = {
+        "nogolden": f"golden_set: {tmp_path / 'nope.jsonl'}\ncorpus_root: {corpus}\n",
+        "nocorpus": f"golden_set: {golden}\ncorpus_root: {tmp_path / 'gone'}\n",
+        "nosnapshots": f"golden_set: {golden}\ncorpus_root: {tmp_path / 'empty'}\n",
+        "nofolder": f"golden_set: {golden}\ncorpus_root: {corpus}\nsnapshot: 2026-12-01\n",
+        "notraces": f"golden_set: {golden}\ncorpus_root: {corpus}\n"
+        f"trace_store: {tmp_path / 't.jsonl'}\n",
+        "fine": f"golden_set: {golden}\ncorpus_root: {corpus}\n",
+    }
+    for name, text in files.items():
+        (folder / f"{name}.yaml").write_text(text)
+    monkeypatch.setenv("RAG_EVAL_SUITES", str(folder))
+    assert main(["suites"]) == 2
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 6
+    assert sorted(err.splitlines()) == sorted(
+        [
+            f"error: {folder / 'nogolden.yaml'}: golden_set {tmp_path / 'nope.jsonl'} does not exist",
+            f"error: {folder / 'nocorpus.yaml'}: corpus_root {tmp_path / 'gone'} is not a folder",
+            f"error: {folder / 'nosnapshots.yaml'}: corpus_root {tmp_path / 'empty'} holds no "
+            "snapshot folder (<YYYY-MM-DD>/documents/)",
+            f"error: {folder / 'nofolder.yaml'}: snapshot {corpus / '2026-12-01'} does not exist",
+            f"error: {folder / 'notraces.yaml'}: trace_store {tmp_path / 't.jsonl'} does not exist",
+        ]
+    )
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -22,6 +22,14 @@ WHERE complete AND ($suite IS NULL OR suite = $suite)
 ORDER BY completed_at DESC
 LIMIT 1
 
+-- name: newer_unfinished
+-- Runs begun after a completed one that did not complete (of the suite, if given), newest first:
+-- what a summary of the latest completed run mentions, so a failed night is not read past.
+SELECT eval_run_id, partition_date, status, status_reason FROM eval_runs
+WHERE NOT complete AND ($suite IS NULL OR suite = $suite)
+  AND started_at > (SELECT started_at FROM eval_runs WHERE eval_run_id = $eval_run_id)
+ORDER BY started_at DESC
+
 -- name: latest_complete_of_partition
 -- The run a comparison of one night's partition is about (re-baseline runs excluded).
 SELECT eval_run_id FROM eval_runs
@@ -43,3 +51,9 @@ ORDER BY metric
 -- name: record_starts
 -- What the warehouse knows of each run's start, to sync records from the run store.
 SELECT eval_run_id, started_at, trace_file, status FROM eval_run_records
+
+-- name: rebaseline_offsets
+-- What a re-baseline measured: each metric of the old baseline and of the baseline's system on
+-- the new snapshot, and the offset (the corpus change alone).
+SELECT old_baseline_run_id, metric, old_value, new_value, offset_value, ci_low, ci_high
+FROM rebaseline_offsets WHERE rebaseline_run_id = $eval_run_id ORDER BY metric

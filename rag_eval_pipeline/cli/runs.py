@@ -40,6 +40,21 @@ def command_summary(args: argparse.Namespace) -> int:
             headline = headline_from_tables(connection, run_id)
         except KeyError:
             raise ConfigError(f"no evaluation run {run_id!r} in {warehouse.path}") from None
+        newer = (
+            []
+            if args.eval_run_id
+            else connection.execute(
+                sql_query("runs", "newer_unfinished"), {"suite": args.suite, "eval_run_id": run_id}
+            ).fetchall()
+        )
+    for unfinished, night, status, reason in newer:
+        # The latest completed run is shown; one begun after it that did not finish is not
+        # passed over in silence (tonight's failed night, say).
+        why = f": {reason}" if reason else ""
+        print(
+            f"warning: {unfinished} (night {night}), begun after this run, is {status}{why}",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(headline, indent=2, default=str))
     else:
@@ -197,13 +212,41 @@ def command_suites(args: argparse.Namespace) -> int:
     suites, problems = scan_suites(registry)
     if not suites and not problems:
         raise ConfigError(f"{registry}: no suite files")
+    missing = []
     for suite in suites:
         nightly = "nightly" if suite.nightly else "on demand"
         print(f"{suite.name:<20} {nightly:<10} {suite.golden_set}  (corpus {suite.corpus_root})")
+        missing += suite_path_problems(suite)
     sys.stdout.flush()
-    for problem in problems:
+    for problem in [*map(str, problems), *missing]:
         print(f"error: {problem}", file=sys.stderr)
-    return 2 if problems else 0
+    return 2 if problems or missing else 0
+
+
+def suite_path_problems(suite) -> list[str]:
+    """What a suite file names that is not there: its golden set, its corpus root (a folder
+    holding at least one snapshot folder), its human labels or trace store; each problem names
+    the suite file, the field and the path."""
+    from rag_eval_pipeline.lib.inputs.corpus import snapshot_folders
+
+    where = suite.source or suite.name
+    problems = []
+    if not suite.golden_set.is_file():
+        problems.append(f"{where}: golden_set {suite.golden_set} does not exist")
+    if not suite.corpus_root.is_dir():
+        problems.append(f"{where}: corpus_root {suite.corpus_root} is not a folder")
+    elif suite.snapshot != "auto" and not (suite.corpus_root / suite.snapshot).is_dir():
+        problems.append(f"{where}: snapshot {suite.corpus_root / suite.snapshot} does not exist")
+    elif not snapshot_folders(suite.corpus_root):
+        problems.append(
+            f"{where}: corpus_root {suite.corpus_root} holds no snapshot folder "
+            "(<YYYY-MM-DD>/documents/)"
+        )
+    for field in ("human_labels", "trace_store"):
+        path = getattr(suite, field)
+        if path is not None and not path.exists():
+            problems.append(f"{where}: {field} {path} does not exist")
+    return problems
 
 
 def command_sql(args: argparse.Namespace) -> int:

@@ -1536,6 +1536,19 @@ def _previous_entries(snapshot_dir: Path, store: SnapshotStore) -> dict[str, dic
         return {}
 
 
+def snapshot_folders(corpus_root: Path | str) -> list[tuple[dt.date, Path]]:
+    """The dated snapshot folders of a corpus root (named ``YYYY-MM-DD``), oldest first."""
+    dated = []
+    for folder in Path(corpus_root).iterdir():
+        if not folder.is_dir():
+            continue
+        try:
+            dated.append((dt.date.fromisoformat(folder.name), folder))
+        except ValueError:
+            continue
+    return sorted(dated)
+
+
 def choose_snapshot(
     corpus_root: Path | str, on_date: dt.date | None, requested: str = "auto"
 ) -> Path:
@@ -1551,15 +1564,9 @@ def choose_snapshot(
         if not folder.is_dir():
             raise CorpusError(f"{folder}: snapshot folder does not exist")
         return folder
-    dated = []
-    for folder in corpus_root.iterdir():
-        if not folder.is_dir():
-            continue
-        try:
-            dated.append((dt.date.fromisoformat(folder.name), folder))
-        except ValueError:
-            continue
-    eligible = [item for item in sorted(dated) if on_date is None or item[0] <= on_date]
+    eligible = [
+        item for item in snapshot_folders(corpus_root) if on_date is None or item[0] <= on_date
+    ]
     if not eligible:
         raise CorpusError(f"{corpus_root}: no snapshot dated on or before {on_date}")
     return eligible[-1][1]

@@ -192,7 +192,10 @@ def diagnostic_lines(diagnostics: list[dict]) -> list[str]:
     for source, found in by_source.items():
         errors = found.get("items_with_judge_errors")
         considered = errors["n_items"] if errors else 0
-        left_out = f", {errors['value']:.0f} left out: a judge error" if errors else ""
+        count = int(errors["value"]) if errors else 0
+        left_out = (
+            f", {count} left out for a judge error" if count else ", none left out (no judge error)"
+        )
         lines.append(f"  {source}: {considered} items{left_out}")
         for metric, part, contradicted, unsupported in DIAGNOSTICS:
             row = found.get(metric)

@@ -124,10 +124,15 @@ def headline_from_tables(
     }
 
 
-def _figure(row: dict, key: str) -> str:
+UNFINISHED = "the run did not finish"
+
+
+def _figure(row: dict, key: str, finished: bool = True) -> str:
+    """One figure with its interval and n; "not measured" with why when it has no value (for a
+    run that did not finish, that is the reason, whatever the golden set holds)."""
     value = row.get("value")
     if value is None:
-        why = WHY_NOT_MEASURED.get(row[key])
+        why = WHY_NOT_MEASURED.get(row[key]) if finished else UNFINISHED
         return f"  {row[key]:<28} not measured" + (f" ({why})" if why else "")
     interval = ""
     if row.get("ci_low") is not None:
@@ -177,7 +182,8 @@ def format_summary(
 ) -> str:
     """The readable summary ``make nightly`` prints."""
     lines = [f"Evaluation run {headline['eval_run_id']} (night {headline['partition_date']})"]
-    if headline.get("status") != "complete":
+    finished = headline.get("status") == "complete"
+    if not finished:
         reason = f": {headline['status_reason']}" if headline.get("status_reason") else ""
         lines.append(
             f"  INCOMPLETE: this run is {headline.get('status')}{reason}; its figures, if any, "
@@ -198,13 +204,13 @@ def format_summary(
         "",
         "Retrieval (answerable items, relevant = grade >= 2):",
         *(
-            _figure(r, "measure")
+            _figure(r, "measure", finished)
             for r in _in_order(headline["retrieval"], "measure", HEADLINE_RETRIEVAL)
         ),
         "",
         "Generation (answerable items):",
         *(
-            _figure(r, "metric")
+            _figure(r, "metric", finished)
             for r in _in_order(headline["generation"], "metric", HEADLINE_GENERATION)
         ),
         "",
@@ -214,7 +220,9 @@ def format_summary(
             for r in headline["no_answer"]
         ),
         *(
-            f"  {stratum + ':':<28} not measured (no items of this stratum in the golden set)"
+            f"  {stratum + ':':<28} not measured ("
+            + ("no items of this stratum in the golden set" if finished else UNFINISHED)
+            + ")"
             for stratum in NO_ANSWER_STRATA
             if not any(r["scope_value"] == stratum for r in headline["no_answer"])
         ),
@@ -234,7 +242,7 @@ def format_summary(
             f"({threshold['unanswerable_answered']} unanswerable answered, "
             f"{threshold['answerable_refused']} answerable refused)",
         ]
-    lines += gate_lines(headline.get("gates"))
+    lines += gate_lines(headline.get("gates"), finished)
     calibration = headline.get("judge_calibration")
     if headline.get("judge_trust"):
         lines += judge_trust_lines(headline["judge_trust"])
@@ -262,17 +270,18 @@ def gates_heading(gates: list[dict]) -> str:
     )
 
 
-def gate_lines(gates: list[dict] | None) -> list[str]:
+def gate_lines(gates: list[dict] | None, finished: bool = True) -> list[str]:
     """The release gates checked on the run, those not passed first (``gate_results``); a run
-    with none recorded says so."""
+    with none recorded says so, and why (a run that did not finish never had them checked)."""
     if gates is None:
         return []
     if not gates:
-        return [
-            "",
-            "Release gates: none recorded for this run (none in its gates file, or run "
-            "before runs kept their gates)",
-        ]
+        why = (
+            "none in its gates file, or run before runs kept their gates"
+            if finished
+            else "not checked: " + UNFINISHED
+        )
+        return ["", f"Release gates: none recorded for this run ({why})"]
     lines = ["", gates_heading(gates)]
     for gate in gates:
         if not gate["passed"]:
