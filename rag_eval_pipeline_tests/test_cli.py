@@ -252,7 +252,12 @@ def test_history_marks_golden_set_and_corpus_changes_and_accept_baseline_warns(l
     log = snapshot / "documents" / "CLEAN-LOG-001@v1.md"
     log.write_text(log.read_text().replace("12 months", "24 months"))
     freeze_snapshot(snapshot)
-    fixture_night(env, "2026-11-02")
+    from .test_operations import Webhook
+
+    with Webhook() as hook:  # the night not compared is an alert from the command line too
+        fixture_night({**env, "RAG_EVAL_ALERT_WEBHOOK": hook.url}, "2026-11-02")
+    [alert] = hook.received
+    assert alert["kind"] == "not_comparable" and "was not compared: " in alert["text"]
     with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
         runs = db.sql(
             "SELECT partition_date, eval_run_id, corpus_digest, golden_digest FROM eval_runs "

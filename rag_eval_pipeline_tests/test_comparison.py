@@ -202,11 +202,19 @@ def test_a_night_whose_process_died_before_deciding_is_decided_by_the_daemon(nig
     assert candidate == died.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
 
 
-def test_different_corpus_digest_is_skipped_with_both_digests(nights, library):
+def test_different_corpus_digest_is_skipped_with_both_digests(nights, library, monkeypatch):
+    """A night on another corpus snapshot than its baseline is skipped, naming both digests and
+    the re-baseline command, and the webhook is told once (``not_comparable``): nights stop
+    being compared until a person re-baselines, which an unattended team must hear of."""
+    from .test_operations import Webhook
+
     nights.run("2026-10-15")
     new_snapshot(library)
     nights.run("2026-11-02")
-    tick = nights.tick()
+    with Webhook() as hook:
+        monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+        tick = nights.tick()
+        again = nights.tick()
     assert tick.run_requests == []
     old_digest, new_digest = (
         row[0]
@@ -214,6 +222,15 @@ def test_different_corpus_digest_is_skipped_with_both_digests(nights, library):
     )
     assert old_digest[:12] in tick.skip_message and new_digest[:12] in tick.skip_message
     assert "rag-eval rebaseline --partition 2026-11-02" in tick.skip_message
+    [alert] = hook.received
+    [night] = nights.query("SELECT eval_run_id FROM eval_runs WHERE partition_date = '2026-11-02'")
+    assert (alert["kind"], alert["eval_run_id"]) == ("not_comparable", night[0])
+    assert alert["text"].startswith(
+        f"rag_eval: __ephemeral_asset_job__ 2026-11-02|golden (evaluation run {night[0]}) was "
+        "not compared: "
+    )
+    assert new_digest[:12] in alert["text"] and "rag-eval rebaseline" in alert["text"]
+    assert "no evaluation run completed since" in again.skip_message
 
 
 def test_different_golden_digest_is_skipped(nights, library):

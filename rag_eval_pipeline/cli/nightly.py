@@ -329,6 +329,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from rag_eval_pipeline.defs import build_definitions
+    from rag_eval_pipeline.defs.alerts import alert_not_comparable
     from rag_eval_pipeline.defs.partitions import SUITE, check_night, partition_key
     from rag_eval_pipeline.defs.sensors import (
         GUARD_DONE_TAG,
@@ -339,6 +340,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     )
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
     from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
+    from rag_eval_pipeline.lib.runs.guard import NOT_COMPARABLE, guard_decision
 
     # The console shows warnings and errors; every event stays in the Dagster instance and UI.
     warnings.filterwarnings("ignore", message=".*is currently in beta")
@@ -424,6 +426,11 @@ def command_nightly(args: argparse.Namespace) -> int:
         requests, reason = guard_requests(summary)
         print(f"\ncomparison guard: {reason}")
         if not requests:
+            if guard_decision(summary)[0] == NOT_COMPARABLE:
+                try:
+                    alert_not_comparable(instance.get_run_by_id(deciding), summary, reason)
+                except RuntimeError as error:  # the webhook did not take it
+                    print(f"warning: {error}", file=sys.stderr)
             decided(deciding)
             break
         request = requests[0]

@@ -10,7 +10,7 @@ not completed, and posts a short JSON message to the webhook in ``RAG_EVAL_ALERT
 import dagster as dg
 
 from rag_eval_pipeline.defs.resources import WarehouseResource
-from rag_eval_pipeline.lib.reporting.alerts import alert_for, post_alert
+from rag_eval_pipeline.lib.reporting.alerts import alert_for, not_comparable_alert, post_alert
 from rag_eval_pipeline.lib.runs.failures import step_failure_lines
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
 
@@ -68,15 +68,36 @@ def alert_failed_run(
         failed_checks=failed_checks(instance, run.run_id),
         failure_message=message,
     )
+    return post_configured(alert, log)
+
+
+def post_configured(alert, log=None) -> int | None:
+    """Post ``alert`` to the webhook in ``RAG_EVAL_ALERT_WEBHOOK``; the HTTP status, or None when
+    no webhook is set (``RuntimeError`` when it did not take it after its retries)."""
     url = dg.EnvVar(WEBHOOK_VARIABLE).get_value()
     if not url:
         if log is not None:
-            log.info(f"no {WEBHOOK_VARIABLE}: not posting {alert.kind} alert for {run.run_id}")
+            log.info(
+                f"no {WEBHOOK_VARIABLE}: not posting {alert.kind} alert for {alert.dagster_run_id}"
+            )
         return None
     status = post_alert(url, alert)
     if log is not None:
-        log.info(f"posted {alert.kind} alert for {run.run_id}: HTTP {status}")
+        log.info(f"posted {alert.kind} alert for {alert.dagster_run_id}: HTTP {status}")
     return status
+
+
+def alert_not_comparable(run: dg.DagsterRun | None, summary: dict, reason: str, log=None):
+    """Post the ``not_comparable`` alert of a completed night the guard skipped because it
+    differs from its baseline (``post_configured``)."""
+    alert = not_comparable_alert(
+        dagster_run_id=run.run_id if run is not None else "",
+        job=run.job_name if run is not None else "nightly_eval",
+        partition=run.tags.get("dagster/partition") if run is not None else None,
+        eval_run_id=summary["eval_run_id"],
+        reason=reason,
+    )
+    return post_configured(alert, log)
 
 
 @dg.run_failure_sensor(

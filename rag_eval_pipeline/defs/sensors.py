@@ -21,10 +21,11 @@ import socket
 
 import dagster as dg
 
+from rag_eval_pipeline.defs.alerts import alert_not_comparable
 from rag_eval_pipeline.defs.comparison import CANDIDATE_TAG
 from rag_eval_pipeline.defs.partitions import partition_key
 from rag_eval_pipeline.defs.resources import ReferenceSystemResource, WarehouseResource
-from rag_eval_pipeline.lib.runs.guard import COMPARE, REBASELINE, guard_decision
+from rag_eval_pipeline.lib.runs.guard import COMPARE, NOT_COMPARABLE, REBASELINE, guard_decision
 from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_FOR_TAG,
     REBASELINE_REASON_TAG,
@@ -197,6 +198,11 @@ def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
                 )
             else:
                 made, reason = guard_requests(summary)
+                if guard_decision(summary)[0] == NOT_COMPARABLE:
+                    try:
+                        alert_not_comparable(run, summary, reason, context.log)
+                    except RuntimeError as error:  # the webhook did not take it
+                        context.log.warning(str(error))
                 if state == ENDED:
                     reason = (
                         f"rag-eval nightly (process {run.tags[PID_TAG]}) ended before deciding "

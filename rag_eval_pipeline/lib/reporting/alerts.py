@@ -1,7 +1,9 @@
 """Alerts: a short JSON message to a webhook when a night needs a person.
 
 The message is Slack-compatible (its ``text`` field is what a chat channel shows) and carries
-the facts a receiver can route on: ``kind`` (``gate_failure``, ``regression``, ``run_failure``),
+the facts a receiver can route on: ``kind`` (``gate_failure``, ``regression``, ``run_failure``,
+``not_comparable``: a completed night that cannot be compared with its baseline until someone
+re-baselines),
 the Dagster run, the job, the partition and the evaluation run. The webhook URL is a secret (a
 Slack URL is its own key): it is never logged or put into an error message.
 """
@@ -11,6 +13,7 @@ from dataclasses import asdict, dataclass
 GATE_FAILURE = "gate_failure"
 REGRESSION = "regression"
 RUN_FAILURE = "run_failure"
+NOT_COMPARABLE = "not_comparable"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,22 @@ def alert_for(
     return Alert(
         RUN_FAILURE,
         f"rag_eval: {where}{run} failed: {failure_message}",
+        dagster_run_id,
+        job,
+        partition,
+        eval_run_id,
+    )
+
+
+def not_comparable_alert(
+    *, dagster_run_id: str, job: str, partition: str | None, eval_run_id: str, reason: str
+) -> Alert:
+    """The alert for a completed night the comparison guard skipped because it differs from its
+    baseline (``reason`` names the digests and the re-baseline command)."""
+    where = f"{job} {partition or ''}".strip()
+    return Alert(
+        NOT_COMPARABLE,
+        f"rag_eval: {where} (evaluation run {eval_run_id}) was not compared: {reason}",
         dagster_run_id,
         job,
         partition,

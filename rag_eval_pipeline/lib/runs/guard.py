@@ -10,7 +10,8 @@ completed run, from the facts the summary step recorded (``eval_summary``'s meta
 - a re-baseline run that just became the baseline: compare the night it was made for with it;
 - the baseline itself: nothing to compare;
 - a run comparable with its baseline: compare;
-- anything else: skip, naming what differs and the re-baseline command.
+- anything else: not comparable, naming what differs and the re-baseline command (skipped,
+  with an alert: nights stop being compared until a person re-baselines).
 
 The same rule runs in the ``comparison_guard`` sensor under the daemon and in ``rag-eval nightly``.
 """
@@ -22,6 +23,9 @@ from rag_eval_pipeline.lib.runs.record import REBASELINE_REASON_TAG
 COMPARE = "compare"
 REBASELINE = "rebaseline"
 SKIP = "skip"
+# Skipped because it differs from its baseline (corpus, golden set or measure definitions): a
+# person has to re-baseline, so the guard also posts a ``not_comparable`` alert.
+NOT_COMPARABLE = "not_comparable"
 
 
 def guard_decision(summary: Mapping) -> tuple[str, str]:
@@ -49,4 +53,4 @@ def guard_decision(summary: Mapping) -> tuple[str, str]:
         return SKIP, str(summary.get("comparability") or f"{run} has no baseline to compare with")
     if summary.get("comparable_with_baseline"):
         return COMPARE, f"{run} is comparable with baseline {summary['baseline_run_id']}"
-    return SKIP, str(summary.get("comparability"))
+    return NOT_COMPARABLE, str(summary.get("comparability"))
