@@ -4,8 +4,8 @@
 themselves. Here the chunks are made tiny and a worker is always started (``_parse_workers``), so
 the bundled 50-document snapshot goes through the workers: the rows, the manifest and the digest
 are the serial ones (also with Windows line endings, a byte order mark and non-ASCII text), a bad
-document parsed in a worker fails naming its file and line, the first bad file in order is the one
-reported, a worker that dies leaves its chunks to the calling process, and one that cannot be
+document parsed in a worker fails naming its file and line, every bad file is reported in file
+order, a worker that dies leaves its chunks to the calling process, and one that cannot be
 started is done without.
 """
 
@@ -116,12 +116,30 @@ def test_a_bad_document_parsed_in_a_worker_names_its_file_and_line(snapshot, in_
     assert not (snapshot.parent / ".snapshot_store").exists()
 
 
-def test_the_first_bad_document_in_order_is_the_one_reported(snapshot, in_workers):
+@pytest.mark.parametrize("how", ["parse_rows", "freeze", "rag-eval freeze"])
+def test_every_bad_document_is_reported_in_file_order(snapshot, in_workers, how, capsys):
+    """Three broken documents in three chunks (the worker's and this process's): all three
+    are reported, first in file order first, whichever process parsed them; ``rag-eval
+    freeze`` prints each on a line of its own and writes nothing."""
+    from rag_eval_pipeline.cli import main
+
     documents = sorted((snapshot / "documents").glob("*.md"))
-    for document in (documents[-1], documents[20], documents[3]):
-        break_document(document, heading_line(document))
-    with pytest.raises(CorpusError, match=rf"^{documents[3]}:\d+: text before"):
-        parse_rows(read_files(snapshot))
+    expected = []
+    for document in (documents[3], documents[20], documents[-1]):
+        line = heading_line(document)
+        break_document(document, line)
+        expected.append(f"{document}:{line}: text before the first '## ' section heading")
+    if how == "rag-eval freeze":
+        assert main(["freeze", str(snapshot)]) == 2
+        assert capsys.readouterr().err.splitlines() == [f"error: {e}" for e in expected]
+        assert not (snapshot / "manifest.json").exists()
+        return
+    with pytest.raises(CorpusError) as raised:
+        parse_rows(read_files(snapshot)) if how == "parse_rows" else freeze(snapshot)
+    assert raised.value.problems == expected
+    assert str(raised.value) == f"{expected[0]} (and 2 more bad documents: {expected[1]}; " + (
+        f"{expected[2]})"
+    )
 
 
 def test_a_worker_that_dies_leaves_its_chunks_to_this_process(snapshot, in_workers, monkeypatch):

@@ -87,9 +87,10 @@ def perfect(count: int) -> list[dict]:
 
 
 def zero(count: int) -> list[dict]:
-    """Items whose relevant passage is withdrawn, so never retrieved."""
+    """Items whose relevant passage is withdrawn, so never retrieved (grade 2, supporting: grade
+    3 is the current answering section, which a withdrawn passage cannot be)."""
     return [
-        item(n, "which form for the specimen fridge temperature", gold=[("XFER-FAX-001@v1#s1", 3)])
+        item(n, "which form for the specimen fridge temperature", gold=[("XFER-FAX-001@v1#s1", 2)])
         for n in range(count)
     ]
 

@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, where a reader that went away is handled
         return status
     except RagEvalError as error:
-        print(f"error: {error}", file=sys.stderr)
+        # Several bad files found in one pass (``CorpusProblems``): a line each.
+        for problem in getattr(error, "problems", None) or [error]:
+            print(f"error: {problem}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -88,6 +88,39 @@ class CorpusError(InputError):
     """A snapshot that cannot be loaded: the message names the file or document and the problem."""
 
 
+# At most this many bad documents are named in one error's message (every one is in ``problems``).
+NAMED_PROBLEMS = 5
+
+
+class CorpusProblems(CorpusError):
+    """Several documents that cannot be used, found in one pass over the folder: ``problems``
+    holds every one's message (file, line, what is wrong) in file order; the message names the
+    first few and the count, and ``rag-eval`` prints each on a line of its own."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        shown = "; ".join(self.problems[1:NAMED_PROBLEMS])
+        more = len(self.problems) - NAMED_PROBLEMS
+        super().__init__(
+            f"{self.problems[0]} (and {len(self.problems) - 1} more bad documents: {shown}"
+            + (f"; and {more} more" if more > 0 else "")
+            + ")"
+        )
+
+    def __reduce__(self):  # a worker process sends it back pickled
+        return (CorpusProblems, (self.problems,))
+
+
+def raise_problems(problems: Sequence[CorpusError]) -> None:
+    """Raise the documents' problems found in a pass: the one error itself, or all of them as
+    ``CorpusProblems``; nothing when there are none."""
+    messages = [m for p in problems for m in getattr(p, "problems", None) or [str(p)]]
+    if len(messages) == 1:
+        raise problems[0]
+    if messages:
+        raise CorpusProblems(messages)
+
+
 @dataclass(frozen=True)
 class Document:
     """One version of one procedure document."""
@@ -981,10 +1014,15 @@ _CHUNK_SCHEMA = {**_ROWS_SCHEMA, "passage_digests": pl.String}
 
 
 def _parsed_chunk(files: Sequence[DocumentFile]) -> tuple[pl.DataFrame, list[DocumentFile]]:
-    """The rows of read files (``_CHUNK_SCHEMA``, in file order), and no files."""
-    rows = []
+    """The rows of read files (``_CHUNK_SCHEMA``, in file order), and no files. Every file is
+    parsed: the bad ones are all reported, in file order (``raise_problems``)."""
+    rows, problems = [], []
     for document_file in files:
-        document = parse_file(document_file)
+        try:
+            document = parse_file(document_file)
+        except CorpusError as problem:
+            problems.append(problem)
+            continue
         block, document_digest, passage_digests = _block_of(
             _canonical_lines(document, document.sections)
         )
@@ -1000,6 +1038,7 @@ def _parsed_chunk(files: Sequence[DocumentFile]) -> tuple[pl.DataFrame, list[Doc
                 " ".join(passage_digests),
             )
         )
+    raise_problems(problems)
     columns = zip(*rows, strict=True) if rows else [[] for _ in _ROWS_SCHEMA]
     frame = pl.DataFrame(
         dict(zip(_ROWS_SCHEMA, map(list, columns), strict=True)), schema=_CHUNK_SCHEMA
@@ -1022,10 +1061,21 @@ def _read_and_parsed_chunk(
     bytes)."""
     snapshot_dir, names = task
     folder = os.path.join(snapshot_dir, "documents")
-    files = [
-        read_document_file(os.path.join(folder, name), snapshot_dir, link) for name, link in names
-    ]
-    rows, _ = _parsed_chunk(files)
+    files, problems = [], []
+    for name, link in names:
+        try:
+            files.append(read_document_file(os.path.join(folder, name), snapshot_dir, link))
+        except CorpusError as problem:
+            problems.append(problem)
+    try:
+        rows, _ = _parsed_chunk(files)
+    except CorpusError as problem:
+        problems.append(problem)
+    if problems:  # in file order: a file that could not be read was not parsed
+        order = {os.path.join(folder, name): number for number, (name, _) in enumerate(names)}
+        messages = [m for p in problems for m in getattr(p, "problems", None) or [str(p)]]
+        messages.sort(key=lambda message: order.get(message.split(":", 1)[0], len(order)))
+        raise_problems(problems if len(messages) == 1 else [CorpusProblems(messages)])
     return rows, [replace(f, data=None) for f in files]
 
 
@@ -1064,7 +1114,7 @@ def _parse_workers(tasks: int) -> int:
 
 def _on_every_core(function, tasks: Sequence, worker_tasks: Sequence) -> list:
     """``[function(task) for task in tasks]`` (each a pair: rows and a list), computed on every
-    core, raising the ``CorpusError`` of the first task in order that fails.
+    core, raising the ``CorpusError`` of every task that fails, in task order (``raise_problems``).
 
     Worker processes (``python -c`` importing this module alone, see ``_parse_worker``) are
     handed tasks from the front, one at a time (``worker_tasks``: the same tasks as sent to them,
@@ -1078,7 +1128,14 @@ def _on_every_core(function, tasks: Sequence, worker_tasks: Sequence) -> list:
     """
     workers = _parse_workers(len(tasks))
     if not workers:
-        return [function(task) for task in tasks]
+        outcomes = []
+        for task in tasks:
+            try:
+                outcomes.append(function(task))
+            except CorpusError as problem:
+                outcomes.append(problem)
+        raise_problems([outcome for outcome in outcomes if isinstance(outcome, CorpusError)])
+        return outcomes
     waiting = deque(range(len(tasks)))
     outcomes: list = [None] * len(tasks)
 
@@ -1125,9 +1182,7 @@ def _on_every_core(function, tasks: Sequence, worker_tasks: Sequence) -> list:
                 process.wait()
             for feeder in feeders:
                 feeder.join()
-    failure = next((outcome for outcome in outcomes if isinstance(outcome, CorpusError)), None)
-    if failure is not None:
-        raise failure
+    raise_problems([outcome for outcome in outcomes if isinstance(outcome, CorpusError)])
     return outcomes
 
 
