@@ -331,17 +331,21 @@ def test_a_service_on_another_corpus_state_fails_the_run_naming_both_digests(
     assert fault_service.bodies == []
 
 
-def test_the_command_line_marks_the_run_failed_with_the_counts(library, tmp_path, fault_service):
-    fault_service.fail("not_json", item_id="q2")
-    registry = fixture_suites(library)
-    env = {
+def http_environment(library: Path, tmp_path: Path, service: FaultService) -> dict:
+    """``rag-eval nightly``'s environment for the fixture suite against ``service``."""
+    return {
         **os.environ,
         "RAG_EVAL_SYSTEM": "http",
-        "RAG_EVAL_SYSTEM_URL": fault_service.url,
-        "RAG_EVAL_SUITES": str(registry),
+        "RAG_EVAL_SYSTEM_URL": service.url,
+        "RAG_EVAL_SUITES": str(fixture_suites(library)),
         "RAG_EVAL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
         "DAGSTER_HOME": str(tmp_path / "dagster_home"),
     }
+
+
+def test_the_command_line_marks_the_run_failed_with_the_counts(library, tmp_path, fault_service):
+    fault_service.fail("not_json", item_id="q2")
+    env = http_environment(library, tmp_path, fault_service)
     completed = subprocess.run(
         [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", NIGHT],
         cwd=ROOT,
@@ -371,14 +375,7 @@ def test_sigterm_while_the_service_answers_exits_143(library, tmp_path, fault_se
     import time
 
     fault_service.latency_s = 2.0
-    env = {
-        **os.environ,
-        "RAG_EVAL_SYSTEM": "http",
-        "RAG_EVAL_SYSTEM_URL": fault_service.url,
-        "RAG_EVAL_SUITES": str(fixture_suites(library)),
-        "RAG_EVAL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
-        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
-    }
+    env = http_environment(library, tmp_path, fault_service)
     process = subprocess.Popen(
         [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", NIGHT],
         cwd=ROOT,

@@ -142,6 +142,18 @@ def nightly(night: str, env: dict, **popen) -> subprocess.Popen:
     )
 
 
+def night_to_its_end(night: str, env: dict, *options: str) -> subprocess.CompletedProcess:
+    """``rag-eval nightly`` of the fixture suite, run to its end."""
+    return subprocess.run(
+        [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", night, *options],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def wait_for_line(process: subprocess.Popen, text: str, timeout: float = 120) -> str:
     """Read stderr until a line containing ``text``; returns what was read."""
     seen = []
@@ -226,14 +238,7 @@ def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(
     wait_for_line(process, "retrieval_run")
     process.kill()
     process.wait(timeout=30)
-    finished = subprocess.run(
-        [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", "2026-10-17", "--no-guard"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    finished = night_to_its_end("2026-10-17", env, "--no-guard")
     assert finished.returncode == 0, finished.stderr
     assert "failed abandoned run" in finished.stderr
     with instance_at(tmp_path / "home") as instance:
@@ -260,14 +265,7 @@ def test_a_rerun_of_a_complete_night_that_dies_leaves_it_complete_and_the_baseli
     wait_for_line(again, "generation_run")
     again.kill()
     again.wait(timeout=30)
-    later = subprocess.run(
-        [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", "2026-10-16"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    later = night_to_its_end("2026-10-16", env)
     assert later.returncode == 0, later.stderr
     assert "failed abandoned run" in later.stderr
     assert f"is comparable with baseline {eval_run_id}" in later.stdout
