@@ -176,7 +176,7 @@ def test_a_night_whose_process_died_before_deciding_is_decided_by_the_daemon(nig
 
     nights.run("2026-10-15")
     nights.tick()
-    here = {GUARD_TAG: IN_PROCESS, HOST_TAG: socket.gethostname()}
+    here = {GUARD_TAG: IN_PROCESS, HOST_TAG: socket.gethostname(), GUARD_DONE_TAG: "pending"}
     running = nights.run("2026-10-16", tags={**here, PID_TAG: str(os.getpid())})
     first = nights.tick()
     assert first.run_requests == []
@@ -200,6 +200,11 @@ def test_a_night_whose_process_died_before_deciding_is_decided_by_the_daemon(nig
     assert request.job_name == "run_comparison_job"
     candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
     assert candidate == died.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+    # A night of a rag-eval from before the tag (no "pending"): decided by its process, as ever.
+    older = {key: value for key, value in here.items() if key != GUARD_DONE_TAG}
+    nights.run("2026-10-18", tags={**older, PID_TAG: str(gone.pid)})
+    old_tick = nights.tick()
+    assert old_tick.run_requests == [] and "decided by rag-eval nightly" in old_tick.skip_message
 
 
 def test_different_corpus_digest_is_skipped_with_both_digests(nights, library, monkeypatch):

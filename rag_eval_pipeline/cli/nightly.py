@@ -333,6 +333,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.defs.partitions import SUITE, check_night, partition_key
     from rag_eval_pipeline.defs.sensors import (
         GUARD_DONE_TAG,
+        GUARD_PENDING,
         GUARD_TAG,
         IN_PROCESS,
         fail_abandoned_runs,
@@ -370,7 +371,10 @@ def command_nightly(args: argparse.Namespace) -> int:
         run_config=run_config,
         # With its guard applied here, the daemon's guard leaves this night (and what this
         # guard launches) to this process.
-        tags={**dict(args.tag or []), **({GUARD_TAG: IN_PROCESS} if args.guard else {})},
+        tags={
+            **dict(args.tag or []),
+            **({GUARD_TAG: IN_PROCESS, GUARD_DONE_TAG: GUARD_PENDING} if args.guard else {}),
+        },
         verbose=args.verbose,
     )
     if args.timings:
@@ -441,7 +445,7 @@ def command_nightly(args: argparse.Namespace) -> int:
             request.job_name,
             request.partition_key,
             run_config=request.run_config,
-            tags={**request.tags, GUARD_TAG: IN_PROCESS},
+            tags={**request.tags, GUARD_TAG: IN_PROCESS, GUARD_DONE_TAG: GUARD_PENDING},
             verbose=args.verbose,
         )
         more_failures = failure_messages(follow_up)

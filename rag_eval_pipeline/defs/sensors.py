@@ -41,6 +41,7 @@ IN_PROCESS = "in_process"
 # decided). A night whose process ended without it (killed during its comparison) is decided by
 # the sensor after all.
 GUARD_DONE_TAG = "rag_eval/guard_decided"
+GUARD_PENDING = "pending"  # its value until then
 HOST_TAG = "rag_eval/host"
 PID_TAG = "rag_eval/pid"
 PAGE = 100
@@ -147,7 +148,9 @@ def in_process_state(run: dg.DagsterRun) -> str:
     process, as always), ``deciding`` (its ``rag-eval nightly`` is still running here) or
     ``ended`` (that process ended without deciding: killed, or interrupted)."""
     pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-    if run.tags.get(GUARD_DONE_TAG) or not pid or host != socket.gethostname():
+    # Only a run begun as ``pending`` can be left undecided: runs from before the tag existed
+    # were decided by their process, as always.
+    if run.tags.get(GUARD_DONE_TAG) != GUARD_PENDING or not pid or host != socket.gethostname():
         return DECIDED
     return DECIDING if process_alive(int(pid)) else ENDED
 

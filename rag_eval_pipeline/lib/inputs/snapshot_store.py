@@ -493,16 +493,18 @@ def write_manifest(snapshot_dir: Path, manifest: dict) -> bytes:
 
 def _base_candidates(snapshot_dir: Path, store: SnapshotStore) -> list[Path]:
     """Manifests a new one may list its changes against: the folder's own, then the snapshots
-    beside it dated before it (newest first), then the others."""
+    beside it dated before it (newest first)."""
     snapshot_dir = Path(snapshot_dir).absolute()
     siblings = sorted(
         (p for p in snapshot_dir.parent.glob(f"*/{MANIFEST_NAME}") if p.parent != snapshot_dir),
         key=lambda p: p.parent.name,
         reverse=True,
     )
+    # Only earlier snapshots: an older folder frozen again as a delta of a later one, itself a
+    # delta of the older one's previous manifest, would leave a checkout without the store
+    # unable to resolve either.
     earlier = [p for p in siblings if p.parent.name < snapshot_dir.name]
-    later = [p for p in siblings if p.parent.name >= snapshot_dir.name]
-    return [snapshot_dir / MANIFEST_NAME, *earlier, *later]
+    return [snapshot_dir / MANIFEST_NAME, *earlier]
 
 
 def _choose_base(
