@@ -660,6 +660,7 @@ def test_rag_eval_sql_reads_the_warehouse_and_never_writes_it(tmp_path):
     for statement, problem in [
         ("DELETE FROM baseline_decisions", "read-only mode"),
         ("SELEC 1", "syntax error"),
+        ("SELECT decided_at - decided_at AS took FROM baseline_decisions", "cast it"),
     ]:
         refused = rag_eval("sql", statement, env=env)
         assert refused.returncode == 2

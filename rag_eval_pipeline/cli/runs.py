@@ -264,6 +264,14 @@ def command_sql(args: argparse.Namespace) -> int:
             frame = relation.pl() if relation is not None else None
         except duckdb.Error as error:
             raise ConfigError(f"{warehouse.path}: {' '.join(str(error).split())}") from None
+        except BaseException as error:  # Polars has no type for a DuckDB INTERVAL (it panics)
+            if isinstance(error, KeyboardInterrupt | SystemExit):
+                raise
+            raise ConfigError(
+                f"{warehouse.path}: a column of the result cannot be printed "
+                f"({' '.join(str(error).split())[:200]}): cast it, e.g. epoch(completed_at - "
+                "started_at) for an INTERVAL"
+            ) from None
     if frame is None:
         return 0
     if args.csv:
