@@ -321,7 +321,7 @@ def fail_on_steps(instance, result, lines: list[str]) -> int:
         sys.stderr.flush()
         # Threads still waiting on an endpoint must not keep the process alive.
         os._exit(interrupted_exit_code())
-    return 2 if failed_on_input(result) else 1
+    return 2 if failed_on_input(result.all_events) else 1
 
 
 def command_nightly(args: argparse.Namespace) -> int:

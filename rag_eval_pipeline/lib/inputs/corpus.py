@@ -111,10 +111,15 @@ class CorpusProblems(CorpusError):
         return (CorpusProblems, (self.problems,))
 
 
+def _messages(problems: Sequence[CorpusError]) -> list[str]:
+    """Every document's message of ``problems`` (a ``CorpusProblems`` holds several)."""
+    return [m for p in problems for m in getattr(p, "problems", None) or [str(p)]]
+
+
 def raise_problems(problems: Sequence[CorpusError]) -> None:
     """Raise the documents' problems found in a pass: the one error itself, or all of them as
     ``CorpusProblems``; nothing when there are none."""
-    messages = [m for p in problems for m in getattr(p, "problems", None) or [str(p)]]
+    messages = _messages(problems)
     if len(messages) == 1:
         raise problems[0]
     if messages:
@@ -1073,7 +1078,7 @@ def _read_and_parsed_chunk(
         problems.append(problem)
     if problems:  # in file order: a file that could not be read was not parsed
         order = {os.path.join(folder, name): number for number, (name, _) in enumerate(names)}
-        messages = [m for p in problems for m in getattr(p, "problems", None) or [str(p)]]
+        messages = _messages(problems)
         messages.sort(key=lambda message: order.get(message.split(":", 1)[0], len(order)))
         raise_problems(problems if len(messages) == 1 else [CorpusProblems(messages)])
     return rows, [replace(f, data=None) for f in files]

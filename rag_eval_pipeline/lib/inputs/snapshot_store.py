@@ -406,26 +406,21 @@ def relative_store(snapshot_dir: Path, store: SnapshotStore) -> str:
     return Path(os.path.relpath(store.root.absolute(), Path(snapshot_dir).absolute())).as_posix()
 
 
-def _base_manifest_bytes(
-    base: dict, store: SnapshotStore | None, folder: Path | None
-) -> tuple[bytes, Path | None]:
-    """The bytes of a delta manifest's ``base`` (their SHA-256 is ``base["manifest"]``), and the
-    snapshot folder they were found in (None: from the store). The store keeps every manifest it
+def _base_manifest_bytes(base: dict, store: SnapshotStore | None, folder: Path | None) -> bytes:
+    """The bytes of a delta manifest's ``base`` (their SHA-256 is ``base["manifest"]``), from the
+    store, else from ``folder``, the base's snapshot folder: the store keeps every manifest it
     froze; a checkout without the store (``.snapshot_store`` is not in git) still has the base
-    snapshot's own ``manifest.json`` beside ``folder``, the same bytes while that snapshot was
-    not frozen again."""
+    snapshot's own ``manifest.json``, the same bytes while that snapshot was not frozen again."""
     if store is not None and store.object_path(base["manifest"]).is_file():
-        return store.read_object(base["manifest"]), None
-    beside = None
-    if folder is not None and isinstance(base.get("snapshot_id"), str):
-        beside = Path(folder).parent / base["snapshot_id"]
+        return store.read_object(base["manifest"])
+    if folder is not None:
         with contextlib.suppress(OSError):
-            data = (beside / MANIFEST_NAME).read_bytes()
+            data = (folder / MANIFEST_NAME).read_bytes()
             if sha256_hex(data) == base["manifest"]:
-                return data, beside
+                return data
     where = "no snapshot store" if store is None else f"the snapshot store {store.root}"
-    if beside is not None:
-        where += f", and {beside / MANIFEST_NAME} is not that manifest (missing, or frozen again)"
+    if folder is not None:
+        where += f", and {folder / MANIFEST_NAME} is not that manifest (missing, or frozen again)"
     raise ValueError(
         f"its base manifest (snapshot {base.get('snapshot_id')}, stored object "
         f"{base['manifest']}) is not in {where}: keep a snapshot folder beside the snapshot "
@@ -444,11 +439,13 @@ def resolve_entries(
         return dict(manifest["documents"])
     if depth >= MAX_BASE_DEPTH:
         raise ValueError(f"chain of base manifests is deeper than {MAX_BASE_DEPTH}")
-    data, found_in = _base_manifest_bytes(base, store, folder)
-    base_manifest = checked_manifest(json.loads(data))
-    if found_in is None and folder is not None:
-        found_in = Path(folder).parent / str(base["snapshot_id"])
-    entries = resolve_entries(base_manifest, store, depth + 1, folder=found_in)
+    base_folder = (
+        Path(folder).parent / base["snapshot_id"]
+        if folder is not None and isinstance(base.get("snapshot_id"), str)
+        else None
+    )
+    base_manifest = checked_manifest(json.loads(_base_manifest_bytes(base, store, base_folder)))
+    entries = resolve_entries(base_manifest, store, depth + 1, folder=base_folder)
     for version_id in manifest.get("removed", []):
         entries.pop(version_id, None)
     entries.update(manifest["documents"])
@@ -492,29 +489,30 @@ def write_manifest(snapshot_dir: Path, manifest: dict) -> bytes:
 
 
 def _base_candidates(snapshot_dir: Path, store: SnapshotStore) -> list[Path]:
-    """Manifests a new one may list its changes against: the folder's own, then the snapshots
-    beside it dated before it (newest first)."""
+    """Manifests a new one may list its changes against: the snapshots beside it dated before
+    it, newest first. Never the folder's own: this freeze replaces it, so a checkout without the
+    store could not resolve a delta against it."""
     snapshot_dir = Path(snapshot_dir).absolute()
-    siblings = sorted(
-        (p for p in snapshot_dir.parent.glob(f"*/{MANIFEST_NAME}") if p.parent != snapshot_dir),
-        key=lambda p: p.parent.name,
-        reverse=True,
-    )
     # Only earlier snapshots: an older folder frozen again as a delta of a later one, itself a
     # delta of the older one's previous manifest, would leave a checkout without the store
     # unable to resolve either.
-    earlier = [p for p in siblings if p.parent.name < snapshot_dir.name]
-    return [snapshot_dir / MANIFEST_NAME, *earlier]
+    return sorted(
+        (
+            p
+            for p in snapshot_dir.parent.glob(f"*/{MANIFEST_NAME}")
+            if p.parent.name < snapshot_dir.name
+        ),
+        key=lambda p: p.parent.name,
+        reverse=True,
+    )
 
 
 def _choose_base(
     snapshot_dir: Path, store: SnapshotStore, entries: dict[str, dict]
 ) -> tuple[dict, dict[str, dict], str] | None:
-    """The first candidate in the same store that is stored, resolvable and close enough. The
-    folder's own manifest is not a candidate: this freeze replaces it, so a checkout without the
-    store (``.snapshot_store`` is not in git) could not resolve a delta against it; a base is
-    always another snapshot's ``manifest.json``, which stays beside this one."""
-    for path in _base_candidates(snapshot_dir, store)[1:]:
+    """The first candidate (``_base_candidates``) in the same store that is stored, resolvable
+    and close enough."""
+    for path in _base_candidates(snapshot_dir, store):
         try:
             data = path.read_bytes()
             manifest = checked_manifest(json.loads(data))

@@ -1,14 +1,25 @@
 """Why a Dagster run's steps failed, as a person reads it, for ``rag-eval nightly`` and the
 failure alerts alike (the daemon's alert says what the command line says)."""
 
+import importlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from rag_eval_pipeline.lib.errors import InputError
 
 CHECK_FAILURE = "DagsterAssetCheckFailedError"
 INTERRUPTED = "DagsterExecutionInterruptedError"
 EXCEPTION_CLASS = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
+# Where the ``InputError`` classes are defined.
+INPUT_ERROR_MODULES = (
+    "rag_eval_pipeline.lib.inputs.corpus",
+    "rag_eval_pipeline.lib.inputs.formats",
+    "rag_eval_pipeline.lib.inputs.golden",
+    "rag_eval_pipeline.lib.inputs.suites",
+    "rag_eval_pipeline.lib.inputs.traces",
+    "rag_eval_pipeline.lib.judges.calibration",
+    "rag_eval_pipeline.lib.runs.gates",
+)
 
 
 def step_name(step_key: str) -> str:
@@ -19,17 +30,23 @@ def step_name(step_key: str) -> str:
     return f"{asset} ({shard})" if shard else asset
 
 
+def failed_steps(events: Iterable) -> Iterator[tuple]:
+    """``(event, error)`` of each step failure among a run's events, but a failed blocking
+    check's (left to the checks)."""
+    for event in events:
+        if not event.is_step_failure:
+            continue
+        error = event.event_specific_data.error
+        if error is None or CHECK_FAILURE not in (error.cls_name or ""):
+            yield event, error
+
+
 def step_failure_lines(events: Iterable, interrupted_by: str = "SIGINT or SIGTERM") -> list[str]:
     """One line per failed step of a run's events (``step golden_set failed: <file>: <what is
     wrong>``), the error's own message without its class; a failed blocking check is left to
     the checks, and a step stopped by a signal says ``interrupted by <interrupted_by>``."""
     lines = []
-    for event in events:
-        if not event.is_step_failure:
-            continue
-        error = event.event_specific_data.error
-        if error is not None and CHECK_FAILURE in (error.cls_name or ""):
-            continue
+    for event, error in failed_steps(events):
         if error is not None and INTERRUPTED in (error.cls_name or ""):
             lines.append(
                 f"step {step_name(event.step_key)} failed: interrupted by {interrupted_by}"
@@ -45,7 +62,9 @@ def step_failure_lines(events: Iterable, interrupted_by: str = "SIGINT or SIGTER
 
 def _input_error_names() -> frozenset[str]:
     """The class names of every ``InputError`` (a step's failure keeps only its error's class
-    name); the modules that define them are imported by the definitions."""
+    name), with the modules that define them imported, so none is missed."""
+    for module in INPUT_ERROR_MODULES:
+        importlib.import_module(module)
     names, pending = set(), [InputError]
     while pending:
         cls = pending.pop()
@@ -54,20 +73,11 @@ def _input_error_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def failed_on_input(result) -> bool:
-    """Whether every failed step of ``result`` failed on bad input (an ``InputError``: a
+def failed_on_input(events: Iterable) -> bool:
+    """Whether every failed step among a run's events failed on bad input (an ``InputError``: a
     snapshot, golden set, trace or label file, or a setting that cannot be used), at any depth
     of the error's causes, rather than on the system, the judge, the store or a bug."""
     names = _input_error_names()
-    failures = [
-        event.event_specific_data.error
-        for event in result.all_events
-        if event.is_step_failure
-        and not (
-            event.event_specific_data.error is not None
-            and CHECK_FAILURE in (event.event_specific_data.error.cls_name or "")
-        )
-    ]
 
     def on_input(error) -> bool:
         while error is not None:
@@ -76,4 +86,5 @@ def failed_on_input(result) -> bool:
             error = error.cause
         return False
 
-    return bool(failures) and all(on_input(error) for error in failures)
+    errors = [error for _, error in failed_steps(events)]
+    return bool(errors) and all(on_input(error) for error in errors)
