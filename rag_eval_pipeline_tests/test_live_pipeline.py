@@ -400,3 +400,67 @@ def test_sigterm_while_the_service_answers_exits_143(library, tmp_path, fault_se
     with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as connection:
         [(status,)] = connection.sql("SELECT status FROM eval_runs").fetchall()
     assert status == "failed"
+
+
+def test_running_a_complete_live_run_again_never_replaces_its_capture(
+    library, tmp_path, fault_service
+):
+    """The same live run (same identity) run again: the complete run's trace file keeps its
+    bytes while the new attempt runs, also when that attempt dies after its live pass; an
+    attempt that completes records its own capture, beside the earlier one."""
+    warehouse = tmp_path / "warehouse.duckdb"
+
+    def night(**system_settings):
+        system = HttpSystemResource(base_url=fault_service.url, **system_settings)
+        return materialize_suite(
+            NIGHT,
+            SUITE,
+            fixture_resources(library, warehouse, system=system),
+            assets=fixture_assets(),
+        )
+
+    def recorded(eval_run_id: str) -> tuple:
+        with duckdb.connect(str(warehouse), read_only=True) as connection:
+            return connection.sql(
+                "SELECT status, trace_file, trace_digest FROM eval_runs WHERE eval_run_id = $run",
+                params={"run": eval_run_id},
+            ).fetchall()[0]
+
+    fault_service.fail("not_json", item_id="q2")
+    first = night(max_error_share=0.5)
+    assert first.success
+    eval_run_id = first.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+    status, trace_file, digest = recorded(eval_run_id)
+    assert status == "complete" and trace_file_digest(trace_file) == digest
+
+    # Run again, q2 now an HTTP 500 over the bound: the live pass captures other bytes, then
+    # the run fails. The complete run is still complete, and its capture is what it recorded.
+    fault_service.fail("server_error", item_id="q2")
+    dying = night(max_retries=0)
+    assert not dying.success
+    WarehouseResource(path=str(warehouse), store=str(tmp_path / "store")).abandon(
+        eval_run_id, "the attempt failed"
+    )
+    assert recorded(eval_run_id) == ("complete", trace_file, digest)
+    assert trace_file_digest(trace_file) == digest
+    store = RunStore(tmp_path / "store")
+    attempt = store.read_json(store.run_dir(eval_run_id) / "run.json")
+    assert attempt["trace_file"] != trace_file
+    assert trace_file_digest(attempt["trace_file"]) == attempt["trace_digest"]
+
+    # A third attempt without faults completes: its own capture is recorded and was read by
+    # its generation step (q2 answered this time); the first capture is still there, unchanged.
+    third = night()
+    assert third.success
+    status, third_file, third_digest = recorded(eval_run_id)
+    assert status == "complete" and third_file not in (trace_file, attempt["trace_file"])
+    assert Path(third_file).name == f"{eval_run_id}.{third_digest[:12]}.parquet"
+    assert trace_file_digest(third_file) == third_digest
+    assert trace_file_digest(trace_file) == digest
+    with duckdb.connect(str(warehouse), read_only=True) as connection:
+        [(refused,)] = connection.sql(
+            "SELECT refusal_reason FROM generation_results WHERE eval_run_id = $run "
+            "AND item_id = 'q2'",
+            params={"run": eval_run_id},
+        ).fetchall()
+    assert refused != "system_error:malformed_reply"

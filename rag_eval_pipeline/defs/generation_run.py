@@ -8,6 +8,7 @@ from rag_eval_pipeline.defs.partitions import nightly_check
 from rag_eval_pipeline.defs.resources import ShardingResource, SystemResource, WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of, run_handle
 from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
+from rag_eval_pipeline.lib.runs.lifecycle import noted_capture
 from rag_eval_pipeline.lib.systems.run import generation_results
 
 CITATION_CHECK = "answers_cite_retrieved_passages"
@@ -28,7 +29,7 @@ def plan_generation(
 @dg.op
 def generate_shard(shard: dict, system: SystemResource, warehouse_db: WarehouseResource) -> dict:
     """The answers (or refusals) to the shard's golden questions, given their retrieval. A live
-    system's answers are read from the run's capture, written by the retrieval step."""
+    system's answers are read from the capture the retrieval step wrote and noted on the run."""
     spec, record = spec_of(shard)
     store = warehouse_db.run_store()
     run_dir = store.run_dir(record.eval_run_id)
@@ -36,7 +37,8 @@ def generate_shard(shard: dict, system: SystemResource, warehouse_db: WarehouseR
     retrieved = store.read_table(run_dir, "retrieval_results").join(
         mine.select("item_id"), on="item_id", how="semi"
     )
-    the_system = system.build(passages, warehouse_db.capture_path(record.eval_run_id))
+    capture = noted_capture(store, record.eval_run_id)
+    the_system = system.build(passages, capture or warehouse_db.capture_path(record.eval_run_id))
     results = generation_results(the_system, mine, retrieved, record.settings.context_k)
     store.write_table(
         run_dir,

@@ -152,8 +152,9 @@ def merged_capture(store, warehouse_db: WarehouseResource, record, shards: list[
     if not parts:
         return None, ""
     items = store.read_table(store.golden_dir(record.golden_digest), "golden_items")
-    capture = warehouse_db.capture_path(record.eval_run_id)
-    capture_digest = merge_captures(parts, capture, items.sort("line")["item_id"])
+    capture, capture_digest = merge_captures(
+        parts, warehouse_db.capture_path(record.eval_run_id), items.sort("line")["item_id"]
+    )
     note_capture(store, record.eval_run_id, str(capture), capture_digest)
     return capture, capture_digest
 

@@ -16,6 +16,7 @@ import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 
@@ -54,6 +55,13 @@ def note_capture(store: RunStore, eval_run_id: str, trace_file: str, trace_diges
     if document is None:
         raise RagEvalError(f"{path}: no record; the run never began")
     store.write_json(path, {**document, "trace_file": trace_file, "trace_digest": trace_digest})
+
+
+def noted_capture(store: RunStore, eval_run_id: str) -> Path | None:
+    """The trace file noted on the run's record by its retrieval step (``note_capture``), if
+    any: the capture of this attempt, which the later steps read."""
+    document = store.read_json(store.run_dir(eval_run_id) / RECORD_FILE) or {}
+    return Path(document["trace_file"]) if document.get("trace_file") else None
 
 
 def read_record(store: RunStore, eval_run_id: str) -> EvalRunRecord:

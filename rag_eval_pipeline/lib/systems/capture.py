@@ -20,6 +20,7 @@ file and reports these columns as the run's ``system_calls``: replaying a captur
 
 import contextlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -163,10 +164,17 @@ class RecordedReplaySystem(ReplaySystem):
         return outcomes
 
 
-def merge_captures(parts: Sequence[str | Path], target: Path, item_order: Sequence[str]) -> str:
+def merge_captures(
+    parts: Sequence[str | Path], target: Path, item_order: Sequence[str]
+) -> tuple[Path, str]:
     """Merge the shards' capture parts into the run's trace file, rows in golden-set order (so
     the capture is the same for any number of shards), written atomically; the parts are
-    removed. Returns the SHA-256 of the trace file."""
+    removed. Returns the trace file and its SHA-256.
+
+    A trace file already there is never replaced: it may be what a complete run's figures were
+    measured from (a run run again keeps its figures, and its recorded capture, until the new
+    attempt completes). A capture with other bytes goes to ``<stem>.<first 12 of its
+    digest>.parquet`` beside it, so equal names always hold equal bytes."""
     frames = [pl.read_parquet(part) for part in parts]
     merged = pl.concat(frames, how="vertical_relaxed")
     order = pl.DataFrame({"item_id": list(item_order), "position": range(len(item_order))})
@@ -175,12 +183,20 @@ def merge_captures(parts: Sequence[str | Path], target: Path, item_order: Sequen
         .sort("position", nulls_last=True, maintain_order=True)
         .drop("position")
     )
-    with replaced_atomically(target) as temporary:
+    staged = target.with_name(f".{target.name}.merged")
+    with replaced_atomically(staged) as temporary:
         merged.write_parquet(temporary, statistics=True)
+    digest = trace_file_digest(staged)
+    if target.is_file() and trace_file_digest(target) != digest:
+        target = target.with_name(f"{target.stem}.{digest[:12]}{target.suffix}")
+    if target.is_file():
+        staged.unlink()
+    else:
+        os.replace(staged, target)
     for part in parts:
         if Path(part) != target:
             Path(part).unlink(missing_ok=True)
     if parts and Path(parts[0]).parent != target.parent:
         with contextlib.suppress(OSError):
             Path(parts[0]).parent.rmdir()
-    return trace_file_digest(target)
+    return target, digest
