@@ -208,6 +208,23 @@ def test_a_manifest_that_is_not_an_object_names_the_manifest(library):
         load_snapshot(library / "2026-10-01")
 
 
+def test_a_dated_folder_without_a_manifest_says_whether_it_is_a_snapshot_at_all(library):
+    """Documents not frozen yet: freeze them. A dated folder holding neither: not a snapshot,
+    and freezing it would not help until documents/ is there."""
+    unfrozen = library / "2026-10-01"
+    (unfrozen / "manifest.json").unlink()
+    with pytest.raises(CorpusError, match=r"2026-10-01: no manifest\.json: freeze it first"):
+        load_snapshot(unfrozen)
+    hollow = library / "2026-12-24"
+    hollow.mkdir()
+    with pytest.raises(CorpusError) as raised:
+        load_snapshot(choose_snapshot(library, dt.date(2026, 12, 25)))
+    assert str(raised.value) == (
+        f"{hollow}: neither manifest.json nor documents/: not a snapshot (put its markdown files "
+        "in documents/, then 'rag-eval freeze' it)"
+    )
+
+
 def test_a_byte_order_mark_at_the_start_of_a_document_is_ignored(library):
     folder = library / "2026-10-01"
     digest = load_snapshot(folder).corpus_digest

@@ -142,6 +142,30 @@ def test_every_bad_document_is_reported_in_file_order(snapshot, in_workers, how,
     )
 
 
+def test_files_that_cannot_be_read_and_that_do_not_parse_are_reported_in_file_order(
+    snapshot, monkeypatch, tmp_path
+):
+    """In one chunk, a file refused when read (a link out of the folder, a colon in its name)
+    and documents that do not parse: every one reported in the folder's order, each once."""
+    monkeypatch.setattr(corpus, "PARSE_CHUNK", 1000)
+    documents = sorted((snapshot / "documents").glob("*.md"))
+    outside = tmp_path / "outside.md"
+    outside.write_text("---\n")
+    link = snapshot / "documents" / "AAA:LINK-001@v1.md"
+    link.symlink_to(outside)
+    expected = [f"{link}: symbolic link to {outside}, outside"]
+    for document in (documents[3], documents[-1]):
+        line = heading_line(document)
+        break_document(document, line)
+        expected.append(f"{document}:{line}: text before the first '## ' section heading")
+    with pytest.raises(CorpusError) as raised:
+        freeze(snapshot)
+    assert len(raised.value.problems) == 3
+    for problem, start in zip(raised.value.problems, expected, strict=True):
+        assert problem.startswith(start), (problem, start)
+    assert not (snapshot / "manifest.json").exists()
+
+
 def test_a_worker_that_dies_leaves_its_chunks_to_this_process(snapshot, in_workers, monkeypatch):
     monkeypatch.setattr(corpus, "_PARSE_WORKER_COMMAND", [sys.executable, "-c", "pass"])
     assert parse_rows(read_files(snapshot)).equals(serial_rows(snapshot))

@@ -154,6 +154,8 @@ def test_rag_eval_suites_reports_what_a_good_suite_file_names_that_is_not_there(
     folder.mkdir()
     (tmp_path / "c" / "2026-11-20" / "documents").mkdir(parents=True)
     (tmp_path / "empty").mkdir()
+    (tmp_path / "hollow" / "2026-11-20" / "documents").mkdir(parents=True)
+    (tmp_path / "hollow" / "2026-11-21").mkdir()
     (tmp_path / "g.jsonl").write_text("")
     golden, corpus = tmp_path / "g.jsonl", tmp_path / "c"
     files = {
@@ -163,6 +165,7 @@ def test_rag_eval_suites_reports_what_a_good_suite_file_names_that_is_not_there(
         "nofolder": f"golden_set: {golden}\ncorpus_root: {corpus}\nsnapshot: 2026-12-01\n",
         "notraces": f"golden_set: {golden}\ncorpus_root: {corpus}\n"
         f"trace_store: {tmp_path / 't.jsonl'}\n",
+        "hollow": f"golden_set: {golden}\ncorpus_root: {tmp_path / 'hollow'}\n",
         "fine": f"golden_set: {golden}\ncorpus_root: {corpus}\n",
     }
     for name, text in files.items():
@@ -170,7 +173,7 @@ def test_rag_eval_suites_reports_what_a_good_suite_file_names_that_is_not_there(
     monkeypatch.setenv("RAG_EVAL_SUITES", str(folder))
     assert main(["suites"]) == 2
     out, err = capsys.readouterr()
-    assert len(out.splitlines()) == 6
+    assert len(out.splitlines()) == 7
     assert sorted(err.splitlines()) == sorted(
         [
             f"error: {folder / 'nogolden.yaml'}: golden_set {tmp_path / 'nope.jsonl'} does not exist",
@@ -179,6 +182,8 @@ def test_rag_eval_suites_reports_what_a_good_suite_file_names_that_is_not_there(
             "snapshot folder (<YYYY-MM-DD>/documents/)",
             f"error: {folder / 'nofolder.yaml'}: snapshot {corpus / '2026-12-01'} does not exist",
             f"error: {folder / 'notraces.yaml'}: trace_store {tmp_path / 't.jsonl'} does not exist",
+            f"error: {folder / 'hollow.yaml'}: snapshot folder {tmp_path / 'hollow' / '2026-11-21'} "
+            "holds neither documents/ nor manifest.json",
         ]
     )
 

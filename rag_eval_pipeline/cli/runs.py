@@ -242,6 +242,14 @@ def suite_path_problems(suite) -> list[str]:
             f"{where}: corpus_root {suite.corpus_root} holds no snapshot folder "
             "(<YYYY-MM-DD>/documents/)"
         )
+    else:
+        # A dated folder with neither is no snapshot, yet the newest on or before a night is
+        # the one that night takes; a folder of a delta snapshot holds its manifest alone.
+        problems.extend(
+            f"{where}: snapshot folder {folder} holds neither documents/ nor manifest.json"
+            for _, folder in snapshot_folders(suite.corpus_root)
+            if not (folder / "documents").is_dir() and not (folder / "manifest.json").is_file()
+        )
     for field in ("human_labels", "trace_store"):
         path = getattr(suite, field)
         if path is not None and not path.exists():

@@ -1021,12 +1021,22 @@ _CHUNK_SCHEMA = {**_ROWS_SCHEMA, "passage_digests": pl.String}
 def _parsed_chunk(files: Sequence[DocumentFile]) -> tuple[pl.DataFrame, list[DocumentFile]]:
     """The rows of read files (``_CHUNK_SCHEMA``, in file order), and no files. Every file is
     parsed: the bad ones are all reported, in file order (``raise_problems``)."""
+    frame, problems = _parsed_rows(files)
+    raise_problems([problem for _, problem in problems])
+    return frame, []
+
+
+def _parsed_rows(
+    files: Sequence[DocumentFile],
+) -> tuple[pl.DataFrame, list[tuple[int, CorpusError]]]:
+    """The rows of the files that parse (``_CHUNK_SCHEMA``, in file order), and each bad file's
+    error with its position in ``files``."""
     rows, problems = [], []
-    for document_file in files:
+    for position, document_file in enumerate(files):
         try:
             document = parse_file(document_file)
         except CorpusError as problem:
-            problems.append(problem)
+            problems.append((position, problem))
             continue
         block, document_digest, passage_digests = _block_of(
             _canonical_lines(document, document.sections)
@@ -1043,12 +1053,11 @@ def _parsed_chunk(files: Sequence[DocumentFile]) -> tuple[pl.DataFrame, list[Doc
                 " ".join(passage_digests),
             )
         )
-    raise_problems(problems)
     columns = zip(*rows, strict=True) if rows else [[] for _ in _ROWS_SCHEMA]
     frame = pl.DataFrame(
         dict(zip(_ROWS_SCHEMA, map(list, columns), strict=True)), schema=_CHUNK_SCHEMA
     )
-    return frame, []
+    return frame, problems
 
 
 def _rows_of(outcomes: Sequence[tuple[pl.DataFrame, list]]) -> pl.DataFrame:
@@ -1066,21 +1075,17 @@ def _read_and_parsed_chunk(
     bytes)."""
     snapshot_dir, names = task
     folder = os.path.join(snapshot_dir, "documents")
-    files, problems = [], []
-    for name, link in names:
+    files, positions, problems = [], [], []
+    for position, (name, link) in enumerate(names):
         try:
             files.append(read_document_file(os.path.join(folder, name), snapshot_dir, link))
+            positions.append(position)
         except CorpusError as problem:
-            problems.append(problem)
-    try:
-        rows, _ = _parsed_chunk(files)
-    except CorpusError as problem:
-        problems.append(problem)
-    if problems:  # in file order: a file that could not be read was not parsed
-        order = {os.path.join(folder, name): number for number, (name, _) in enumerate(names)}
-        messages = _messages(problems)
-        messages.sort(key=lambda message: order.get(message.split(":", 1)[0], len(order)))
-        raise_problems(problems if len(messages) == 1 else [CorpusProblems(messages)])
+            problems.append((position, problem))
+    rows, parse_problems = _parsed_rows(files)
+    problems.extend((positions[index], problem) for index, problem in parse_problems)
+    # In file order: a file that could not be read was not parsed.
+    raise_problems([problem for _, problem in sorted(problems, key=lambda pair: pair[0])])
     return rows, [replace(f, data=None) for f in files]
 
 
@@ -1256,6 +1261,12 @@ def read_manifest(snapshot_dir: Path) -> dict:
     """The snapshot's manifest as written, checked for its keys (``documents`` a mapping)."""
     path = Path(snapshot_dir) / MANIFEST_NAME
     if not path.is_file():
+        if not (Path(snapshot_dir) / "documents").is_dir():
+            raise _fail(
+                snapshot_dir,
+                f"neither {MANIFEST_NAME} nor documents/: not a snapshot (put its markdown "
+                "files in documents/, then 'rag-eval freeze' it)",
+            )
         raise _fail(snapshot_dir, f"no {MANIFEST_NAME}: freeze it first with 'rag-eval freeze'")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
