@@ -309,6 +309,37 @@ def test_rebaseline_stores_the_offset_and_the_comparison_runs(nights, library):
     assert compared[0][1] is True and compared[0][0] != old_baseline
 
 
+def test_a_back_filled_night_on_a_former_baselines_snapshot_names_that_baseline(nights, library):
+    """After a re-baseline onto a new snapshot, a night back-filled on the old snapshot is not
+    comparable with the current baseline, and the reason names the former baseline it does
+    compare with and the command comparing the two."""
+    nights.run("2026-10-15")
+    [(old_baseline,)] = nights.query("SELECT eval_run_id FROM eval_runs")
+    new_snapshot(library)
+    tags = {REBASELINE_TAG: "true", REBASELINE_REASON_TAG: "fridge procedure revised"}
+    nights.run("2026-11-02", tags=tags)
+    [request] = nights.tick().run_requests
+    nights.run(
+        "2026-11-02",
+        tags=dict(request.tags),
+        system=request.run_config["resources"]["system"]["config"],
+    )
+    nights.tick()
+    nights.run("2026-10-20")
+    [(back_filled, reason)] = nights.query(
+        "SELECT r.eval_run_id, b.reason FROM eval_runs r JOIN run_baselines b USING (eval_run_id) "
+        "WHERE r.partition_date = '2026-10-20'"
+    )
+    assert reason.startswith("not comparable: corpus digest")
+    assert reason.endswith(
+        f". Run {old_baseline} (night 2026-10-15), a former baseline of this suite, shares its "
+        f"corpus, golden set and measure definitions: rag-eval compare {back_filled} "
+        f"{old_baseline}"
+    )
+    tick = nights.tick()
+    assert tick.run_requests == [] and f"rag-eval compare {back_filled}" in tick.skip_message
+
+
 def test_hand_materialized_comparison_across_snapshots_is_blocked(nights, library):
     nights.run("2026-10-15")
     new_snapshot(library)

@@ -187,5 +187,28 @@ def settle_baseline(
         reason = f"{run_id} is the baseline of suite {run['suite']}"
         return Settled(current, True, True, reason)
     comparable, reason = comparability(run, current)
+    if not comparable and (former := former_comparable_baseline(connection, run, current)):
+        reason += (
+            f". Run {former['eval_run_id']} (night {former['partition_date']}), a former "
+            "baseline of this suite, shares its corpus, golden set and measure definitions: "
+            f"rag-eval compare {run_id} {former['eval_run_id']}"
+        )
     registry.set_baseline_for(connection, run_id, current["eval_run_id"], comparable, reason)
     return Settled(current, False, comparable, reason)
+
+
+def former_comparable_baseline(
+    connection: duckdb.DuckDBPyConnection, run: dict, current: dict
+) -> dict | None:
+    """The newest earlier baseline of the run's suite that compares with it (a back-filled
+    night on an older snapshot), as its ``eval_runs`` row; ``None`` when there is none."""
+    formers = read_frame(
+        connection,
+        sql_query("baselines", "former_baselines"),
+        {"suite": run["suite"], "current": current["eval_run_id"]},
+    )
+    for eval_run_id in formers["eval_run_id"]:
+        former = registry.run_row(connection, eval_run_id)
+        if former is not None and former["complete"] and comparability(run, former)[0]:
+            return former
+    return None
