@@ -400,6 +400,36 @@ def test_front_matter_that_is_not_yaml_names_the_files_line(tmp_path, old, new, 
         load_snapshot(folder, verify=False)
 
 
+def test_a_version_not_yet_in_force_and_a_language_name_are_warnings_of_the_freeze(tmp_path):
+    """Front matter that parses but is likely a slip: a current version whose effective_date
+    is after the snapshot's date, and a language written as a name, not a tag. Frozen, with a
+    warning each naming the versions; the right values say nothing."""
+    folder = tmp_path / "2026-10-01"
+    (folder / "documents").mkdir(parents=True)
+
+    def document(name: str, effective: str, language: str, status: str = "current") -> None:
+        doc_id, version = name.split("@v")
+        (folder / "documents" / f"{name}.md").write_text(
+            f"---\ndoc_id: {doc_id}\ntitle: T\nversion: {version}\neffective_date: {effective}"
+            f"\nstatus: {status}\nlanguage: {language}\n---\n## S\ntext\n",
+            encoding="utf-8",
+        )
+
+    document("A-1@v1", "2026-10-01", "en")
+    document("B-1@v1", "2026-10-02", "de-CH")
+    document("C-1@v1", "2027-01-01", "en", status="withdrawn")
+    document("D-1@v1", "2026-01-01", "english")
+    with pytest.warns(UserWarning) as caught:
+        freeze_snapshot(folder)
+    messages = sorted(str(w.message) for w in caught)
+    assert messages == [
+        "1 current document version(s) take effect after the snapshot's date 2026-10-01: "
+        "B-1@v1 (2026-10-02)",
+        "1 document version(s) have a language that is no language tag (en, de-CH): "
+        "D-1@v1 ('english')",
+    ]
+
+
 def test_a_superseded_by_naming_no_version_of_the_snapshot_is_a_warning_of_the_freeze(tmp_path):
     """A version superseded by one the snapshot does not hold (a typo, a successor not yet
     added) is frozen, with a warning naming both; a successor that exists says nothing."""

@@ -1534,7 +1534,11 @@ def freeze(
             for f in files
         }
         parsed = resolved.parsed.height
-        warned = (*left_out_warnings(snapshot_dir), *successor_warnings(canonical))
+        warned = (
+            *left_out_warnings(snapshot_dir),
+            *successor_warnings(canonical),
+            *metadata_warnings(canonical, snapshot_dir),
+        )
         stored, problems = (
             (0, [])
             if store is None
@@ -1560,6 +1564,53 @@ def freeze(
 
 # A block's first ``superseded_by`` value (every line of a block has the same one).
 _SUCCESSOR = r'"superseded_by":"([^"\\]*)"'
+
+
+_EFFECTIVE = r'"effective_date":"([0-9-]*)"'
+_LANGUAGE = r'"language":"((?:[^"\\]|\\.)*)"'
+_LANGUAGE_TAG = r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*$"
+
+
+def _named(rows: pl.DataFrame, describe) -> str:
+    """At most five rows described, then the count of the rest."""
+    named = ", ".join(describe(*row) for row in rows.head(5).iter_rows())
+    return named + (f" and {rows.height - 5} more" if rows.height > 5 else "")
+
+
+def metadata_warnings(canonical: pl.DataFrame, snapshot_dir: Path) -> tuple[str, ...]:
+    """Warnings for front matter that parses but is likely a mistake: a version ``current`` in
+    a snapshot dated before its ``effective_date`` (not yet in force, yet retrieved as current),
+    and a ``language`` that is no language tag (``en``, ``de-CH``; the golden items' tags are
+    what figures are grouped by). At most five are named each, with the count."""
+    found = []
+    fields = canonical.select(
+        "doc_version_id",
+        "status",
+        effective=pl.col("block").str.extract(_EFFECTIVE),
+        language=pl.col("block").str.extract(_LANGUAGE),
+    )
+    try:
+        dated = dt.date.fromisoformat(Path(snapshot_dir).name)
+    except ValueError:
+        dated = None
+    if dated is not None:
+        early = fields.filter(
+            (pl.col("status") == "current") & (pl.col("effective") > dated.isoformat())
+        ).select("doc_version_id", "effective")
+        if early.height:
+            found.append(
+                f"{early.height} current document version(s) take effect after the snapshot's "
+                f"date {dated}: " + _named(early, lambda version, day: f"{version} ({day})")
+            )
+    odd = fields.filter(~pl.col("language").str.contains(_LANGUAGE_TAG)).select(
+        "doc_version_id", "language"
+    )
+    if odd.height:
+        found.append(
+            f"{odd.height} document version(s) have a language that is no language tag (en, "
+            "de-CH): " + _named(odd, lambda version, language: f"{version} ({language!r})")
+        )
+    return tuple(found)
 
 
 def successor_warnings(canonical: pl.DataFrame) -> tuple[str, ...]:
