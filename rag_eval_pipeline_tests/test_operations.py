@@ -757,3 +757,34 @@ def test_a_writer_killed_while_publishing_leaves_no_copy_behind_the_next_publish
     with Warehouse(path).writing() as connection:
         assert connection.sql("SELECT count(*) FROM notes").fetchall() == [(0,)]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [unrelated.name]
+
+
+def test_a_failure_counts_as_bad_input_only_when_this_package_raised_an_input_error(
+    library, tmp_path
+):
+    """A night failing on a broken golden set failed on input (``rag-eval nightly`` exits 2);
+    the same failure with a class of that name raised by another library's code is not."""
+    from types import SimpleNamespace
+
+    from rag_eval_pipeline.lib.runs.failures import failed_on_input, failed_steps
+
+    golden = library / "golden.jsonl"
+    golden.write_text(golden.read_text(encoding="utf-8") + "{not json\n", encoding="utf-8")
+    result = materialize_suite(
+        NIGHT, SUITE, fixture_resources(library, tmp_path / "w.duckdb"), assets=fixture_assets()
+    )
+    assert not result.success and failed_on_input(result.all_events)
+    [(event, error)] = list(failed_steps(result.all_events))
+    elsewhere = ['  File "/opt/lib/python3.11/site-packages/other/config.py", line 9, in f\n']
+
+    def foreign(info):
+        if info is None:
+            return None
+        return info._replace(stack=elsewhere, cause=foreign(info.cause))
+
+    failure = SimpleNamespace(
+        is_step_failure=True,
+        step_key=event.step_key,
+        event_specific_data=SimpleNamespace(error=foreign(error)),
+    )
+    assert not failed_on_input([failure])

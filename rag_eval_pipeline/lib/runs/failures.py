@@ -10,6 +10,7 @@ from rag_eval_pipeline.lib.errors import InputError
 CHECK_FAILURE = "DagsterAssetCheckFailedError"
 INTERRUPTED = "DagsterExecutionInterruptedError"
 EXCEPTION_CLASS = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
+PACKAGE_FRAME = re.compile(r'File "[^"]*[/\\]rag_eval_pipeline[/\\]')
 # Where the ``InputError`` classes are defined.
 INPUT_ERROR_MODULES = (
     "rag_eval_pipeline.lib.inputs.corpus",
@@ -73,6 +74,13 @@ def _input_error_names() -> frozenset[str]:
     return frozenset(names)
 
 
+def _raised_by_this_package(error) -> bool:
+    """Whether the error was raised in this package's code (its traceback's last frame): only
+    the class name is kept, and another library may name a class alike."""
+    stack = error.stack or []
+    return bool(stack) and PACKAGE_FRAME.search(stack[-1]) is not None
+
+
 def failed_on_input(events: Iterable) -> bool:
     """Whether every failed step among a run's events failed on bad input (an ``InputError``: a
     snapshot, golden set, trace or label file, or a setting that cannot be used), at any depth
@@ -81,7 +89,7 @@ def failed_on_input(events: Iterable) -> bool:
 
     def on_input(error) -> bool:
         while error is not None:
-            if error.cls_name in names:
+            if error.cls_name in names and _raised_by_this_package(error):
                 return True
             error = error.cause
         return False
