@@ -5,7 +5,10 @@ PYTHON ?= python3
 UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 VENV := .venv
-export DAGSTER_HOME := $(CURDIR)/.dagster_home
+# The Dagster instance: .dagster_home/ in the checkout, or the DAGSTER_HOME you set (its own
+# dagster.yaml is kept; one is written only where there is none).
+PROJECT_HOME := $(CURDIR)/.dagster_home
+export DAGSTER_HOME ?= $(PROJECT_HOME)
 export RAG_EVAL_TIMEZONE ?= UTC
 UI_PORT ?= 3000
 
@@ -21,17 +24,23 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock Makefile
 	$(UV) sync --frozen --all-groups --quiet --compile-bytecode
 	touch $@
 
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
-	mkdir -p $(DAGSTER_HOME)
+$(PROJECT_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(PROJECT_HOME)
 	cp dagster.yaml $@
 
-install: $(VENV)/.synced $(DAGSTER_HOME)/dagster.yaml
+.PHONY: dagster-home
+dagster-home: $(if $(filter $(PROJECT_HOME),$(DAGSTER_HOME)),$(PROJECT_HOME)/dagster.yaml)
+	@mkdir -p "$(DAGSTER_HOME)"
+	@[ -f "$(DAGSTER_HOME)/dagster.yaml" ] || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
+
+install: $(VENV)/.synced dagster-home
 
 nightly: install
 	$(VENV)/bin/rag-eval nightly $(if $(SUITE),--suite $(SUITE)) $(if $(PARTITION),--partition $(PARTITION))
 
-test: install
-	$(VENV)/bin/pytest
+# The tests use the project's own instance (or ones of their own), never a DAGSTER_HOME you set.
+test: $(VENV)/.synced $(PROJECT_HOME)/dagster.yaml
+	DAGSTER_HOME=$(PROJECT_HOME) $(VENV)/bin/pytest
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -56,4 +65,4 @@ bench: install
 	$(VENV)/bin/python bench/bench_nightly.py
 
 clean:
-	rm -rf warehouse $(DAGSTER_HOME)
+	rm -rf warehouse $(PROJECT_HOME)
