@@ -371,3 +371,18 @@ def test_the_reference_service_is_ready_before_it_listens(snapshot):
         assert service.request_count == 0
     finally:
         service.stop()
+
+
+def test_the_reference_service_reports_another_version_for_another_context_k(snapshot):
+    """context_k changes the served answers, so it changes the reported system_version (and
+    so the evaluation run's identity); the same settings report the same version."""
+
+    def version(**settings) -> str:
+        served = ReferenceAnswers(
+            snapshot["passages"], snapshot["digest"], settings=SETTINGS, **settings
+        )
+        return served.health()["system_version"]
+
+    assert version() == version(context_k=5) == snapshot["answers"].system_version
+    assert version(context_k=1) != version()
+    assert version(context_k=1).startswith("reference-bm25 ")

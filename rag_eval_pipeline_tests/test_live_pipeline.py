@@ -40,7 +40,14 @@ from rag_eval_pipeline.lib.systems.service import ReferenceAnswers
 from rag_eval_pipeline.testing import evaluation_resources, materialize_suite
 from rag_eval_pipeline.testing.fault_service import FaultService
 
-from .conftest import NIGHT, SUITE, fixture_assets, fixture_resources, fixture_suites
+from .conftest import (
+    FIXTURE_GATES,
+    NIGHT,
+    SUITE,
+    fixture_assets,
+    fixture_resources,
+    fixture_suites,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RAG_EVAL = str(Path(sys.executable).parent / "rag-eval")
@@ -452,6 +459,12 @@ def test_running_a_complete_live_run_again_never_replaces_its_capture(
     # its generation step (q2 answered this time); the first capture is still there, unchanged.
     third = night()
     assert third.success
+    # Other figures under the same identity: said, naming the earlier capture.
+    [summary] = third.asset_materializations_for_node("eval_summary")
+    replaced = summary.metadata["replaced_figures"].value
+    assert replaced.startswith(f"evaluation run {eval_run_id} had completed (")
+    assert " UTC) with other retrieval and generation figures, which this attempt" in replaced
+    assert replaced.endswith(f"its capture is still at {trace_file}")
     status, third_file, third_digest = recorded(eval_run_id)
     assert status == "complete" and third_file not in (trace_file, attempt["trace_file"])
     assert Path(third_file).name == f"{eval_run_id}.{third_digest[:12]}.parquet"
@@ -464,3 +477,41 @@ def test_running_a_complete_live_run_again_never_replaces_its_capture(
             params={"run": eval_run_id},
         ).fetchall()
     assert refused != "system_error:malformed_reply"
+
+
+def test_the_command_line_warns_when_a_run_completes_again_with_other_figures(
+    library, tmp_path, fault_service
+):
+    """The same live run twice from the command line, the service answering one item otherwise
+    the second time (a malformed reply, under a raised error bound): a warning says the
+    figures were replaced under the same identity; the first time says nothing of it."""
+    import yaml
+
+    env = {
+        **http_environment(library, tmp_path, fault_service),
+        "RAG_EVAL_GATES": str(FIXTURE_GATES),
+    }
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump({"resources": {"system": {"config": {"max_error_share": 0.5}}}})
+    )
+
+    def night() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [RAG_EVAL, "nightly", "--suite", SUITE, "--partition", NIGHT, "--config", str(config)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    first = night()
+    assert first.returncode == 0, first.stderr
+    assert "replaced under the same identity" not in first.stderr
+    fault_service.fail("not_json", item_id="q2")
+    second = night()
+    assert second.returncode == 0, second.stderr
+    [warning] = [line for line in second.stderr.splitlines() if "had completed" in line]
+    assert warning.startswith("warning: evaluation run ")
+    assert "which this attempt replaced under the same identity" in warning

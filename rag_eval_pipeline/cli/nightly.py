@@ -394,6 +394,8 @@ def command_nightly(args: argparse.Namespace) -> int:
             headline = headline_from_tables(connection, summary["eval_run_id"])
         print(format_summary(headline, warehouse=str(warehouse.path)))
     failed, warned = failed_checks(result)
+    if summary.get("replaced_figures"):
+        warned = [summary["replaced_figures"], *warned]
     # Runs that failed on their release gates alone (a gate of the night, a significant
     # regression of its comparison), with their gates' messages: alerted, and their gates
     # printed, however the guard below ends.
@@ -472,8 +474,11 @@ def command_nightly(args: argparse.Namespace) -> int:
 
 
 def format_offsets(rebaseline_run_id: str, connection) -> str:
-    """What a re-baseline stored in ``rebaseline_offsets``, as a table: the corpus change's
-    effect on each metric, measured with the baseline's system."""
+    """What a re-baseline stored in ``rebaseline_offsets``, as a table: the effect on each metric
+    of what changed since the old baseline (corpus, golden set, measure definitions, named),
+    measured with the baseline's system."""
+    from rag_eval_pipeline.lib.runs.record import run_changes
+    from rag_eval_pipeline.lib.runs.registry import run_row
     from rag_eval_pipeline.lib.store.sql import sql_query
 
     rows = connection.execute(
@@ -481,9 +486,16 @@ def format_offsets(rebaseline_run_id: str, connection) -> str:
     ).fetchall()
     if not rows:
         return f"re-baseline {rebaseline_run_id}: no offsets recorded"
+    old, new = run_row(connection, rows[0][0]), run_row(connection, rebaseline_run_id)
+    changed = [what for what, _, _ in run_changes(old, new)] if old and new else []
+    effect = (
+        f"the effect of the {' and '.join(changed)} change alone"
+        if changed
+        else "nothing changed that keeps runs from comparing"
+    )
     lines = [
         f"re-baseline {rebaseline_run_id} against the old baseline {rows[0][0]} "
-        "(the baseline's system on both snapshots: the corpus change alone):"
+        f"(the baseline's system on both: {effect}):"
     ]
     for _, metric, old, new, offset, low, high in rows:
         if old is None or new is None or offset is None:

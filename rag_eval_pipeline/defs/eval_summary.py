@@ -105,6 +105,8 @@ def build_eval_summary(
                 drawing.join()
                 charts = painter.submit(render_charts, report_data)
             rendered = charts.result()
+        if finished.replaced:
+            context.log.warning(finished.replaced)
         write_html_report(report_data, report_file, rendered)
         metadata = summary_metadata(
             finished, results, gates, report_markdown(report_data, rendered)
@@ -179,6 +181,7 @@ def summary_metadata(finished, results: list, gates: GateSet, charts: str) -> di
         "settings_digest": run["settings_digest"],
         "measures_version": measures_of(run),
         "gates_file": f"{gates.path.name} (version {gates.version})",
+        "replaced_figures": finished.replaced,
         "summary": dg.MetadataValue.md(markdown),
         "charts": dg.MetadataValue.md(charts),
     }

@@ -13,6 +13,7 @@
 """
 
 import datetime as dt
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -144,6 +145,43 @@ class Finished:
     headline: dict
     settled: Settled
     loaded: dict[str, int]
+    # Why this attempt replaced other figures of a run that had completed (``replaced_figures``).
+    replaced: str = ""
+
+
+# The figures of a headline; the rest is the run's identity and where its files are.
+FIGURES = ("retrieval", "generation", "no_answer")
+
+
+def _when(moment) -> str:
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC" if isinstance(moment, dt.datetime) else str(moment)
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def replaced_figures(before: dict | None, headline: dict) -> str:
+    """A warning when a run that had completed (``before``, its ``eval_runs`` row) completes
+    again with other figures; empty when it had not, or its figures are the same. The run's
+    identity is every input and setting that is known to change a figure, so two attempts of
+    one run measuring differently means something that changes the answers is outside it."""
+    if before is None or not before["complete"] or not before.get("headline"):
+        return ""
+    earlier = json.loads(before["headline"])
+    now = json.loads(json.dumps(headline, sort_keys=True, default=str))
+    changed = [key for key in FIGURES if earlier.get(key) != now.get(key)]
+    if not changed:
+        return ""
+    kept = f"; its capture is still at {before['trace_file']}" if before.get("trace_file") else ""
+    return (
+        f"evaluation run {before['eval_run_id']} had completed ({_when(before['completed_at'])}) with "
+        f"other {_listed([key.replace('_', '-') for key in changed])} figures, which this attempt "
+        "replaced under the same identity (night, suite, digests, system configuration and "
+        "settings): the system answered otherwise with nothing in its configuration saying so "
+        "(a live service whose system_version leaves out a setting, or a system that is not "
+        f"deterministic){kept}"
+    )
 
 
 def finish_run(
@@ -158,6 +196,7 @@ def finish_run(
     """Load the run, complete its record, settle its baseline (on a ``publishing`` connection).
     The record of this attempt is written first, also over a complete one of an earlier
     attempt (``sync_records`` leaves those)."""
+    before = registry.run_row(connection, record.eval_run_id)
     document = store.read_json(store.run_dir(record.eval_run_id) / RECORD_FILE)
     if document is not None and "started_at" in document:
         seen = _known_starts(connection).get(record.eval_run_id)
@@ -172,7 +211,13 @@ def finish_run(
         seed=seed,
         eligible=baseline_eligibility(headline, max_judge_error_share),
     )
-    return Finished(registry.run_row(connection, record.eval_run_id), headline, settled, loaded)
+    return Finished(
+        registry.run_row(connection, record.eval_run_id),
+        headline,
+        settled,
+        loaded,
+        replaced_figures(before, headline),
+    )
 
 
 def abandon_run(warehouse: Warehouse, store: RunStore, eval_run_id: str, reason: str) -> None:

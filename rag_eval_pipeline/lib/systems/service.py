@@ -4,7 +4,8 @@
 (BM25 over current passages with its guardrails, ``systems.reference``) over one snapshot of a
 suite, answering ``POST /query`` with the trace the in-process system would give (the top ``k``
 retrieved with scores and ranks, the context of the top ``context_k``, the same answer or
-refusal) and ``GET /health`` with its ``system_version`` (``reference-bm25 <config digest>``) and
+refusal) and ``GET /health`` with its ``system_version`` (``reference-bm25 <digest of its configuration and
+``context_k``>``) and
 the snapshot's ``corpus_digest``. So the whole live path can be run on the bundled library with two
 terminals, and the tests have a real server.
 
@@ -187,7 +188,10 @@ class ReferenceAnswers:
         self.system = ReferenceSystem(passages, settings)
         self.corpus_digest = corpus_digest
         self.context_k = context_k
-        self.system_version = f"{self.system.system_id} {config_digest(self.system.config())[:12]}"
+        # Every setting that changes an answer is in the version, context_k included: two
+        # services answering differently must never report one version (one evaluation run).
+        served = {**self.system.config(), "context_k": context_k}
+        self.system_version = f"{self.system.system_id} {config_digest(served)[:12]}"
         self._lock = threading.Lock()
 
     def warm(self) -> None:
