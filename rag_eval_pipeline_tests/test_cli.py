@@ -185,7 +185,9 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
     assert "no runs with false_refusal in " in unknown.stderr
     assert "; --metric names one of: " in unknown.stderr
     assert "Success@5" in unknown.stderr and "false_refusal_rate" in unknown.stderr
-    run_a, run_b = (row.split()[-3] for row in reversed(rows))
+    run_a, run_b = (
+        re.search(r"\d{4}-\d\d-\d\d-[0-9a-f]{12}", row).group(0) for row in reversed(rows)
+    )
     compare = rag_eval("compare", run_a, run_b, env=env)
     assert compare.returncode == 0 and "same corpus digest" in compare.stdout
     exported = tmp_path / "run.trec"
@@ -278,6 +280,13 @@ def test_history_marks_golden_set_and_corpus_changes_and_accept_baseline_warns(l
     assert lines[4].startswith("   2026-10-16  1.0000 ") and second in lines[4]
     assert lines[5] == f"  | corpus changed: {corpus[:12]} -> {corpus_3[:12]} (snapshot 2026-11-01)"
     assert lines[6].startswith("   2026-11-02  1.0000 ") and third in lines[6]
+    # Each night names its system, as two systems on one night are told apart.
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
+        [(system_id, config_digest)] = db.sql(
+            "SELECT DISTINCT system_id, system_config_digest FROM eval_runs"
+        ).fetchall()
+    for line in (lines[2], lines[4], lines[6]):
+        assert line.endswith(f"  system {system_id} {config_digest[:12]}"), line
 
     # A run on another corpus than the newest night's: accepted, with a warning.
     accepted = rag_eval("accept-baseline", second, "--reason", "reworded", env=env)
@@ -727,7 +736,10 @@ def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
         ).fetchall()
     assert offsets, done.stdout + done.stderr
     rebaseline_run, old_baseline = offsets[0][:2]
-    assert f"re-baseline {rebaseline_run} against the old baseline {old_baseline} " in done.stdout
+    assert (
+        f"re-baseline {rebaseline_run} against the old baseline {old_baseline} (the baseline's "
+        "system on both: the effect of the corpus change alone):"
+    ) in done.stdout
     for _, _, metric, old, new, offset in offsets:
         if None not in (old, new, offset):
             assert f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}" in done.stdout

@@ -340,6 +340,32 @@ def test_a_back_filled_night_on_a_former_baselines_snapshot_names_that_baseline(
     assert tick.run_requests == [] and f"rag-eval compare {back_filled}" in tick.skip_message
 
 
+def test_a_re_baseline_after_relabelling_names_the_golden_set_change(nights, library):
+    """Re-baselined after the golden set changed on the same corpus: the offsets printed are
+    said to be the golden set change's, not the corpus's."""
+    from rag_eval_pipeline.cli.nightly import format_offsets
+
+    nights.run("2026-10-15")
+    golden = library / "golden.jsonl"
+    golden.write_text(
+        golden.read_text().replace("what dose of paracetamol", "what dose of ibuprofen")
+    )
+    tags = {REBASELINE_TAG: "true", REBASELINE_REASON_TAG: "reworded an item"}
+    nights.run("2026-10-16", tags=tags)
+    [request] = nights.tick().run_requests
+    result = nights.run(
+        "2026-10-16",
+        tags=dict(request.tags),
+        system=request.run_config["resources"]["system"]["config"],
+    )
+    rebaseline_run = result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+    with duckdb.connect(str(nights.warehouse), read_only=True) as connection:
+        printed = format_offsets(rebaseline_run, connection)
+    assert printed.splitlines()[0].endswith(
+        "(the baseline's system on both: the effect of the golden set change alone):"
+    )
+
+
 def test_hand_materialized_comparison_across_snapshots_is_blocked(nights, library):
     nights.run("2026-10-15")
     new_snapshot(library)

@@ -225,6 +225,22 @@ def test_a_dated_folder_without_a_manifest_says_whether_it_is_a_snapshot_at_all(
     )
 
 
+def test_a_renamed_frozen_snapshot_is_refused_until_frozen_again(library):
+    """A night takes a snapshot by its folder's name (its date); a folder renamed after its
+    freeze would report another snapshot on that night. Refused, saying how to fix it."""
+    renamed = library / "2026-10-03"
+    (library / "2026-10-01").rename(renamed)
+    with pytest.raises(CorpusError) as raised:
+        load_snapshot(renamed)
+    assert str(raised.value) == (
+        f"{renamed / 'manifest.json'}: frozen as snapshot '2026-10-01', but the folder is "
+        f"'2026-10-03': a renamed snapshot is frozen again under its new name "
+        f"(rag-eval freeze {renamed})"
+    )
+    freeze_snapshot(renamed)
+    assert load_snapshot(renamed).snapshot_id == "2026-10-03"
+
+
 def test_a_byte_order_mark_at_the_start_of_a_document_is_ignored(library):
     folder = library / "2026-10-01"
     digest = load_snapshot(folder).corpus_digest

@@ -123,17 +123,20 @@ def command_history(args: argparse.Namespace) -> int:
             previous = row
             mark = history_mark(row)
             night, value, low, n = row["partition_date"], row["value"], row["ci_low"], row["n"]
+            # Which system: several on one night (a changed assistant beside the reference)
+            # are told apart by it, as rag-eval compare needs.
+            system = f"system {row['system_id']} {row['system_config_digest'][:12]}"
             if row["status"] != "complete":
                 print(
                     f"{mark} {night}  incomplete ({row['status']}){'':<14} {run_id}  "
-                    f"corpus {digest[:12]}"
+                    f"corpus {digest[:12]}  {system}"
                 )
                 continue
             interval = f"[{low:.3f}, {row['ci_high']:.3f}]" if low is not None else ""
             shown_value = f"{value:.4f}" if value is not None else "not measured"
             print(
                 f"{mark} {night}  {shown_value} {interval:<16} n={n:<4} {run_id}  "
-                f"corpus {digest[:12]}"
+                f"corpus {digest[:12]}  {system}"
             )
         if left_out[suite]:
             print(

@@ -1441,6 +1441,14 @@ def verify_snapshot(
             )
         frozen_at = read.manifest.get("frozen_at")
         snapshot_id = read.manifest["snapshot_id"]
+        if snapshot_id != snapshot_dir.name:
+            # A night takes the folder by its name (its date); its figures would carry another.
+            raise _fail(
+                snapshot_dir / MANIFEST_NAME,
+                f"frozen as snapshot {snapshot_id!r}, but the folder is {snapshot_dir.name!r}: "
+                f"a renamed snapshot is frozen again under its new name "
+                f"(rag-eval freeze {snapshot_dir})",
+            )
     return VerifiedSnapshot(
         snapshot_id=snapshot_id,
         corpus_digest=digest,
