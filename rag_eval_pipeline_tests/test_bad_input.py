@@ -388,6 +388,60 @@ def test_snapshot_that_no_longer_matches_its_manifest(library, tmp_path):
     assert table_count(warehouse, "corpus_snapshots") == 0
 
 
+def test_a_manifest_digest_differing_past_its_prefix_is_shown_in_full(library):
+    """A manifest whose corpus digest differs from the files' in its last characters: both
+    digests are shown whole, never as two equal prefixes."""
+    path = library / "2026-10-01" / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    digest = manifest["corpus_digest"]
+    altered = digest[:-1] + ("0" if digest[-1] != "0" else "1")
+    path.write_text(json.dumps({**manifest, "corpus_digest": altered}), encoding="utf-8")
+    with pytest.raises(CorpusError) as raised:
+        load_snapshot(library / "2026-10-01")
+    assert f"manifest digest {altered} (now {digest}): " in str(raised.value)
+
+
+def test_a_front_matter_key_given_twice_names_the_file_and_line(library):
+    """``status: current`` then ``status: withdrawn``: the YAML parser would keep the last one
+    silently; refused naming the second, in plain and in full YAML front matter alike."""
+    documents = library / "2026-10-01" / "documents"
+    plain = documents / "CLEAN-LOG-001@v1.md"
+    text = plain.read_text(encoding="utf-8")
+    plain.write_text(text.replace("status: ", "status: withdrawn\nstatus: ", 1), encoding="utf-8")
+    line = (
+        plain.read_text(encoding="utf-8")
+        .splitlines()
+        .index(
+            next(
+                x
+                for x in plain.read_text(encoding="utf-8").splitlines()[1:]
+                if x.startswith("status:")
+            )
+        )
+        + 2
+    )
+    with pytest.raises(CorpusError) as raised:
+        freeze_snapshot(library / "2026-10-01")
+    assert str(raised.value) == (
+        f"{plain}:{line}: front matter is not valid YAML: 'status' given twice (line {line}, "
+        "column 1)"
+    )
+    plain.write_text(
+        text.replace("title: ", "tags: [a, b]\ntags: [c]\ntitle: ", 1), encoding="utf-8"
+    )
+    with pytest.raises(CorpusError, match=r"'tags' given twice"):
+        freeze_snapshot(library / "2026-10-01")
+
+
+def test_a_missing_corpus_root_names_it(library, tmp_path):
+    from rag_eval_pipeline.lib.inputs.corpus import choose_snapshot
+
+    with pytest.raises(
+        CorpusError, match=rf"^{tmp_path / 'nope'}: the corpus root is not a folder$"
+    ):
+        choose_snapshot(tmp_path / "nope", None)
+
+
 def test_document_without_a_version_names_the_file(library, tmp_path):
     document = library / "2026-10-01" / "documents" / "CLEAN-LOG-001@v1.md"
     document.write_text(document.read_text().replace("version: 1\n", ""), encoding="utf-8")

@@ -416,6 +416,28 @@ def test_front_matter_that_is_not_yaml_names_the_files_line(tmp_path, old, new, 
         load_snapshot(folder, verify=False)
 
 
+def test_superseded_by_on_itself_or_on_a_current_version_and_an_undated_folder_warn(tmp_path):
+    """A version superseded by itself, a current version naming a successor, and a folder a
+    suite with snapshot: auto never takes (its name is no date): frozen, a warning each."""
+    folder = tmp_path / "december"
+    (folder / "documents").mkdir(parents=True)
+    head = "---\ntitle: T\neffective_date: 2026-01-02\nlanguage: en\nversion: 1\n"
+    (folder / "documents" / "S-1@v1.md").write_text(
+        head + "doc_id: S-1\nstatus: superseded\nsuperseded_by: S-1@v1\n---\n## S\nx\n"
+    )
+    (folder / "documents" / "C-1@v1.md").write_text(
+        head + "doc_id: C-1\nstatus: current\nsuperseded_by: S-1@v1\n---\n## S\ny\n"
+    )
+    with pytest.warns(UserWarning) as caught:
+        freeze_snapshot(folder)
+    assert {str(w.message) for w in caught} == {
+        "1 document version(s) are current yet name a superseded_by: C-1@v1 -> S-1@v1",
+        "1 document version(s) name themselves as superseded_by: S-1@v1 -> S-1@v1",
+        f"{folder}: the folder's name is no date (YYYY-MM-DD): a suite with snapshot: auto "
+        "never takes it; name it for the day it stands for, or name it in the suite's snapshot:",
+    }
+
+
 def test_a_version_not_yet_in_force_and_a_language_name_are_warnings_of_the_freeze(tmp_path):
     """Front matter that parses but is likely a slip: a current version whose effective_date
     is after the snapshot's date, and a language written as a name, not a tag. Frozen, with a

@@ -259,8 +259,31 @@ def _plain_scalar(value: str) -> object:
     return _UNRESOLVED
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, but a key given twice in a mapping is an error (YAML says
+    keys are unique; the parser would keep the last one, silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # an unhashable key: the parser's own error says so
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} given twice", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def _simple_front_matter(lines: Sequence[str]) -> dict | None:
-    """The front matter as a mapping when every line is a simple ``key: value``; else None."""
+    """The front matter as a mapping when every line is a simple ``key: value`` and no key is
+    given twice; else None (the YAML parser reads it, and names a repeated key's line)."""
     meta: dict = {}
     for line in lines:
         if not line:
@@ -274,7 +297,7 @@ def _simple_front_matter(lines: Sequence[str]) -> dict | None:
         if _plain_scalar(key) != key:
             return None
         scalar = _plain_scalar(value)
-        if scalar is _UNRESOLVED:
+        if scalar is _UNRESOLVED or key in meta:
             return None
         meta[key] = scalar
     return meta
@@ -331,7 +354,7 @@ def front_matter(lines: Sequence[str], source: str | Path) -> dict:
         if simple is not None:
             return simple
     try:
-        meta = yaml.safe_load(text) or {}
+        meta = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # a safe loader
     except yaml.YAMLError as exc:
         message, line = _yaml_problem(exc, text)
         raise _fail(source, f"front matter is not valid YAML: {message}", line) from None
@@ -1433,10 +1456,12 @@ def verify_snapshot(
     if verify:
         if read.manifest["corpus_digest"] != digest:
             frozen = {key: value["digest"] for key, value in read.entries.items()}
+            said, now = read.manifest["corpus_digest"], digest
+            shown = 12 if said[:12] != now[:12] else len(now)  # never two equal prefixes
             raise _fail(
                 snapshot_dir / MANIFEST_NAME,
                 f"snapshot files no longer match the manifest digest "
-                f"{read.manifest['corpus_digest'][:12]} (now {digest[:12]}): "
+                f"{said[:shown]} (now {now[:shown]}): "
                 f"{_describe_mismatch(frozen, document_digests)}",
             )
         frozen_at = read.manifest.get("frozen_at")
@@ -1546,6 +1571,7 @@ def freeze(
             *left_out_warnings(snapshot_dir),
             *successor_warnings(canonical),
             *metadata_warnings(canonical, snapshot_dir),
+            *name_warnings(snapshot_dir),
         )
         stored, problems = (
             (0, [])
@@ -1622,25 +1648,44 @@ def metadata_warnings(canonical: pl.DataFrame, snapshot_dir: Path) -> tuple[str,
 
 
 def successor_warnings(canonical: pl.DataFrame) -> tuple[str, ...]:
-    """A warning for the document versions whose ``superseded_by`` names no document version of
-    the snapshot (a typo, or a successor not yet added): a superseded version keeps pointing at
-    what replaced it, which the snapshot should hold. At most five are named, with the count."""
+    """Warnings for ``superseded_by`` values that cannot be right: one naming no document
+    version of the snapshot (a typo, or a successor not yet added: a superseded version keeps
+    pointing at what replaced it, which the snapshot should hold), one naming the version
+    itself, and one on a version that is ``current`` (replaced, yet retrieved as current). At
+    most five are named each, with the count."""
     successors = canonical.select(
-        "doc_version_id", successor=pl.col("block").str.extract(_SUCCESSOR)
-    ).filter(
-        pl.col("successor").is_not_null()
-        & ~pl.col("successor").is_in(canonical["doc_version_id"].implode())
+        "doc_version_id", "status", successor=pl.col("block").str.extract(_SUCCESSOR)
+    ).filter(pl.col("successor").is_not_null())
+    kinds = (
+        (
+            "name a superseded_by that is no document version of this snapshot",
+            ~pl.col("successor").is_in(canonical["doc_version_id"].implode()),
+        ),
+        ("name themselves as superseded_by", pl.col("successor") == pl.col("doc_version_id")),
+        ("are current yet name a superseded_by", pl.col("status") == "current"),
     )
-    if not successors.height:
-        return ()
-    named = ", ".join(
-        f"{version} -> {successor}" for version, successor in successors.head(5).iter_rows()
-    )
-    more = f" and {successors.height - 5} more" if successors.height > 5 else ""
-    return (
-        f"{successors.height} document version(s) name a superseded_by that is no document "
-        f"version of this snapshot: {named}{more}",
-    )
+    found = []
+    for said, which in kinds:
+        rows = successors.filter(which).select("doc_version_id", "successor")
+        if rows.height:
+            named = _named(rows, lambda version, successor: f"{version} -> {successor}")
+            found.append(f"{rows.height} document version(s) {said}: {named}")
+    return tuple(found)
+
+
+def name_warnings(snapshot_dir: Path) -> tuple[str, ...]:
+    """A warning when the folder's name is no date: a suite with ``snapshot: auto`` takes the
+    newest dated folder on or before the night, so it never takes this one (only a suite
+    naming it in ``snapshot:`` does)."""
+    try:
+        dt.date.fromisoformat(Path(snapshot_dir).name)
+    except ValueError:
+        return (
+            f"{snapshot_dir}: the folder's name is no date (YYYY-MM-DD): a suite with "
+            "snapshot: auto never takes it; name it for the day it stands for, or name it in "
+            "the suite's snapshot:",
+        )
+    return ()
 
 
 def freeze_snapshot(
@@ -1689,6 +1734,8 @@ def choose_snapshot(
     stood that night.
     """
     corpus_root = Path(corpus_root)
+    if not corpus_root.is_dir():
+        raise CorpusError(f"{corpus_root}: the corpus root is not a folder")
     if requested != "auto":
         folder = corpus_root / requested
         if not folder.is_dir():
