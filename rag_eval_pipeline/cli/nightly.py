@@ -27,7 +27,7 @@ import yaml
 
 from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.lib.errors import ConfigError
-from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_name
+from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_files, check_suite_name
 from rag_eval_pipeline.lib.inputs.traces import TraceError
 from rag_eval_pipeline.lib.paths import project_path
 from rag_eval_pipeline.lib.runs.failures import failed_on_input, step_failure_lines
@@ -83,12 +83,13 @@ def with_deployment_system(run_config: dict, deployment) -> dict:
 
 
 def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
-    """Refuse settings that would silently change figures, and a replayed trace file that is not
-    there, before anything runs."""
+    """Refuse settings that would silently change figures, a file the suite names that is not
+    there, and a replayed trace file that is not there, before anything runs."""
     from rag_eval_pipeline.defs.resources import EvalSettings, SuiteRegistryResource
 
     deployment = project.deployment()
     suite = SuiteRegistryResource(path=deployment.suites).suite(suite_name)
+    check_suite_files(suite)
     resources = run_config.get("resources") or {}
     if deployment.system == "replay":
         check_replayed_file(resources, deployment.traces, source)
