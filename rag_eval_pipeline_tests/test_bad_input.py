@@ -460,3 +460,126 @@ def test_text_before_first_section_names_the_line(library):
     document.write_text(text, encoding="utf-8")
     with pytest.raises(CorpusError, match=r"CLEAN-LOG-001@v1\.md:10: text before the first"):
         load_snapshot(library / "2026-10-01", verify=False)
+
+
+# --- the suite's judging inputs and the replayed trace file, refused before the system runs --
+
+
+def production_trace(library: Path, **fields) -> dict:
+    digest = json.loads((library / "2026-10-01" / "manifest.json").read_text())["corpus_digest"]
+    return {
+        "question": "fridge form?",
+        "retrieved": [{"passage_id": "STORE-FRIDGE-001@v1#s1", "score": 4.0, "rank": 1}],
+        "context_ids": ["STORE-FRIDGE-001@v1#s1"],
+        "answer": "Form STR-04. [STORE-FRIDGE-001@v1#s1]",
+        "cited_ids": ["STORE-FRIDGE-001@v1#s1"],
+        "refused": False,
+        "system_version": "ward-assistant 2.3.1",
+        "corpus_digest": digest,
+        **fields,
+    }
+
+
+def write_lines(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+def failed_step(result) -> str:
+    [failure] = [event for event in result.all_events if event.is_step_failure]
+    return failure.step_key
+
+
+def nothing_ran_after_the_golden_set(result, warehouse: Path) -> None:
+    ran = {event.step_key for event in result.all_events if event.is_step_start}
+    assert not any(step.startswith(("retrieval_run", "judge_sample")) for step in ran), ran
+    assert table_count(warehouse, "eval_runs") == 0
+
+
+@pytest.mark.parametrize("field", ["human_labels", "trace_store"])
+def test_a_suite_file_naming_a_missing_labels_or_trace_file_stops_the_night(
+    library, tmp_path, field
+):
+    missing = tmp_path / f"no_{field}.jsonl"
+    warehouse = tmp_path / "rag_eval.duckdb"
+    result = materialize_night(library, warehouse, **{field: str(missing)})
+    assert not result.success
+    assert failed_step(result) == "golden_set"
+    suite_file = library.parent / "suites" / "golden.yaml"
+    assert f"{suite_file}: {field} {missing} does not exist" in failure_message(result)
+    nothing_ran_after_the_golden_set(result, warehouse)
+
+
+def test_a_bad_human_label_stops_the_night_before_the_system_runs(library, tmp_path):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(
+        '{"item_id": "q1", "claim": "a", "verdict": "ENTAILED"}\n'
+        '{"item_id": "q1", "claim": "b", "verdict": "MAYBE"}\n',
+        encoding="utf-8",
+    )
+    warehouse = tmp_path / "rag_eval.duckdb"
+    result = materialize_night(library, warehouse, human_labels=str(labels))
+    assert not result.success
+    assert failed_step(result) == "golden_set"
+    assert f"{labels}:2: verdict 'MAYBE' is not one of" in failure_message(result)
+    nothing_ran_after_the_golden_set(result, warehouse)
+
+
+def test_a_bad_production_trace_stops_the_night_before_the_system_runs(library, tmp_path):
+    store = write_lines(
+        tmp_path / "production.jsonl",
+        [production_trace(library), production_trace(library, refused="no")],
+    )
+    warehouse = tmp_path / "rag_eval.duckdb"
+    result = materialize_night(library, warehouse, trace_store=str(store))
+    assert not result.success
+    assert failed_step(result) == "golden_set"
+    assert f"{store}:2: 'refused' must be true or false, got 'no'" in failure_message(result)
+    nothing_ran_after_the_golden_set(result, warehouse)
+
+
+def test_a_production_trace_on_an_unknown_corpus_state_is_refused_naming_its_line(
+    library, tmp_path
+):
+    store = write_lines(
+        tmp_path / "production.jsonl",
+        [production_trace(library), production_trace(library, corpus_digest="0" * 64)],
+    )
+    warehouse = tmp_path / "rag_eval.duckdb"
+    result = materialize_night(library, warehouse, trace_store=str(store))
+    assert not result.success
+    assert failed_step(result) == "golden_set"
+    assert (
+        f"{store}:2: trace recorded on corpus state {'0' * 64}, which is no snapshot of the "
+        "suite's corpus root"
+    ) in failure_message(result)
+    nothing_ran_after_the_golden_set(result, warehouse)
+
+
+def test_nightly_refuses_a_missing_replay_file_or_suite_file_before_anything_runs(
+    library, tmp_path
+):
+    from .test_cli import nightly_env, rag_eval
+
+    env = nightly_env(library, tmp_path)
+    missing = tmp_path / "nope.jsonl"
+    night = ("nightly", "--suite", "golden", "--partition", "2026-10-15")
+    replay = rag_eval(
+        *night, env=env | {"RAG_EVAL_SYSTEM": "replay", "RAG_EVAL_TRACES": str(missing)}
+    )
+    assert replay.returncode == 2, replay.stderr
+    assert replay.stderr.splitlines()[-1] == (
+        f"error: RAG_EVAL_TRACES={missing}: trace file does not exist (the replayed trace file)"
+    )
+    assert "nightly_eval:" not in replay.stderr  # no run started
+    suites = Path(env["RAG_EVAL_SUITES"])
+    suite_file = suites / "golden.yaml"
+    text = suite_file.read_text(encoding="utf-8")
+    assert "human_labels: ''" in text
+    suite_file.write_text(text.replace("human_labels: ''", f"human_labels: {missing}"))
+    labels = rag_eval(*night, env=env)
+    assert labels.returncode == 2, labels.stderr
+    assert labels.stderr.splitlines()[-1] == (
+        f"error: {suite_file}: human_labels {missing} does not exist"
+    )
+    assert "nightly_eval:" not in labels.stderr

@@ -31,7 +31,6 @@ def test_production_traces_are_judged_with_source_production(library, tmp_path):
         ),
         trace("Fridge readings go on form STR-99 in green ink. [STORE-FRIDGE-001@v1#s1]"),
         trace("", refused=True, refusal_reason="evidence_check:below_threshold"),
-        trace("Checked weekly. [STORE-FRIDGE-001@v1#s1]", corpus_digest="0" * 64),
     ]
     store.write_text("".join(json.dumps(t) + "\n" for t in traces), encoding="utf-8")
     path = tmp_path / "rag_eval.duckdb"
@@ -44,7 +43,8 @@ def test_production_traces_are_judged_with_source_production(library, tmp_path):
         golden = connection.sql(
             "SELECT count(*) FROM judge_verdicts WHERE source = 'golden'"
         ).fetchall()[0][0]
-    # The refused trace is not sampled; the one from an unknown corpus state is left out.
+    # The refused trace is not sampled (one on an unknown corpus state is refused, naming its
+    # line: test_bad_input.py).
     assert production == [
         ("production.jsonl:1", "ENTAILED", "STORE-FRIDGE-001@v1#s1", True),
         ("production.jsonl:2", "UNSUPPORTED", None, False),

@@ -294,3 +294,136 @@ def test_a_line_separator_inside_a_trace_string_does_not_end_the_line(tmp_path):
     loaded = load_traces(path)
     assert loaded.height == 2
     assert "one\u2028two" in loaded["answer"].to_list()
+
+
+# --- a replayed file that does not fit the night ------------------------------------------
+
+
+def test_replay_refuses_a_trace_recorded_on_another_corpus_state(tmp_path):
+    path = write_jsonl(
+        tmp_path / "traces.jsonl",
+        [trace(), trace(item_id="q2", corpus_digest="0" * 64), trace(item_id="q3")],
+    )
+    passages = pl.DataFrame(
+        {
+            "passage_id": ["LAB-LABEL-001@v2#s1", "LAB-LABEL-001@v2#s2"],
+            "corpus_digest": [DIGEST, DIGEST],
+        }
+    )
+    with pytest.raises(
+        TraceError,
+        match=rf"^{re.escape(str(path))}:2: trace recorded on corpus state 0{{64}}, not on the "
+        rf"snapshot being evaluated \({DIGEST}; 1 trace\(s\) from another corpus state in all\)",
+    ):
+        ReplaySystem(path, passages)
+    # A capture of a live run allowed to serve another corpus state replays as it was.
+    assert ReplaySystem(path, passages, allow_corpus_mismatch=True).traces.height == 3
+    resource = ReplaySystemResource(path=str(path), allow_corpus_mismatch=True)
+    assert resource.config()["allow_corpus_mismatch"] is True
+    assert "allow_corpus_mismatch" not in ReplaySystemResource(path=str(path)).config()
+
+
+GOLDEN_ITEMS = pl.DataFrame(
+    {
+        "item_id": ["q1", "q2"],
+        "question": ["how soon do blood tubes need  labelling", "which fridge form"],
+        "line": [1, 2],
+    }
+)
+
+
+def test_replay_refuses_a_trace_of_an_item_the_golden_set_lacks(tmp_path):
+    path = write_jsonl(tmp_path / "traces.jsonl", [trace(), trace(item_id="q9")])
+    with pytest.raises(
+        TraceError,
+        match=rf"^{re.escape(str(path))}:2: item_id 'q9' is not an item of the golden set "
+        r"golden.jsonl",
+    ):
+        ReplaySystem(path).check_golden(GOLDEN_ITEMS, "golden.jsonl")
+
+
+def test_replay_refuses_a_trace_asking_another_question_than_its_item(tmp_path):
+    path = write_jsonl(
+        tmp_path / "traces.jsonl",
+        [trace(), trace(item_id="q2", question="where do I send the fridge log")],
+    )
+    with pytest.raises(
+        TraceError,
+        match=rf"^{re.escape(str(path))}:2: item 'q2' asks 'where do I send the fridge log', but "
+        r"the golden item asks 'which fridge form' \(golden.jsonl:2\)",
+    ):
+        ReplaySystem(path).check_golden(GOLDEN_ITEMS, "golden.jsonl")
+    # Spacing aside the question is the item's; a trace without an item id is found by text.
+    write_jsonl(path, [trace(), trace(item_id=None, question="anything")])
+    ReplaySystem(path).check_golden(GOLDEN_ITEMS, "golden.jsonl")
+
+
+def test_a_replay_trace_file_that_does_not_exist_is_a_trace_error(tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    with pytest.raises(TraceError, match=rf"^{re.escape(str(missing))}: trace file does not exist"):
+        ReplaySystemResource(path=str(missing)).config()
+
+
+def golden_replay(library: Path, path: Path) -> Path:
+    """A replay of the fixture's golden set that refuses every item, on its snapshot."""
+    digest = json.loads((library / "2026-10-01" / "manifest.json").read_text())["corpus_digest"]
+    items = [
+        json.loads(line) for line in (library / "golden.jsonl").read_text().splitlines() if line
+    ]
+    refused = {"retrieved": [], "context_ids": [], "answer": "", "cited_ids": [], "refused": True}
+    return write_jsonl(
+        path,
+        [
+            trace(item_id=item["id"], question=item["question"], corpus_digest=digest, **refused)
+            for item in items
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"corpus_digest": "0" * 64}, "trace recorded on corpus state 0000"),
+        ({"item_id": "q999"}, "item_id 'q999' is not an item of the golden set"),
+        ({"question": "what is the wifi password"}, "item 'q2' asks 'what is the wifi password'"),
+    ],
+)
+def test_a_replay_night_refuses_a_trace_file_that_does_not_fit_it(
+    library, tmp_path, change, problem
+):
+    import duckdb
+
+    from .conftest import materialize_night
+
+    path = golden_replay(library, tmp_path / "replay.jsonl")
+    assert materialize_night(
+        library, tmp_path / "good.duckdb", system=ReplaySystemResource(path=str(path))
+    ).success
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[1] = json.dumps({**json.loads(lines[1]), **change})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    warehouse = tmp_path / "bad.duckdb"
+    result = materialize_night(library, warehouse, system=ReplaySystemResource(path=str(path)))
+    assert not result.success
+    [failure] = [event for event in result.all_events if event.is_step_failure]
+    assert failure.step_key == "retrieval_run.plan_retrieval"
+    error = failure.event_specific_data.error
+    message = "".join(part.message for part in (error, error.cause) if part is not None)
+    assert f"{path}:2: {problem}" in message, message
+    if warehouse.exists():
+        with duckdb.connect(str(warehouse), read_only=True) as connection:
+            assert connection.sql("SELECT count(*) FROM eval_runs").fetchall() == [(0,)]
+
+
+def test_a_replay_block_in_a_run_file_keeps_the_environments_trace_file():
+    from rag_eval_pipeline.cli.nightly import with_deployment_system
+    from rag_eval_pipeline.lib.deployment import Deployment
+
+    deployment = Deployment.from_environment(
+        {"RAG_EVAL_SYSTEM": "replay", "RAG_EVAL_TRACES": "traces/night.parquet"}
+    )
+    file = {"resources": {"system": {"config": {"allow_corpus_mismatch": True}}}}
+    assert with_deployment_system(file, deployment)["resources"]["system"]["config"] == {
+        "allow_corpus_mismatch": True,
+        "path": "traces/night.parquet",
+    }

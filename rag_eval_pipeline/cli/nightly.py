@@ -27,7 +27,9 @@ import yaml
 
 from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.lib.errors import ConfigError
-from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_name
+from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_files, check_suite_name
+from rag_eval_pipeline.lib.inputs.traces import TraceError
+from rag_eval_pipeline.lib.paths import project_path
 from rag_eval_pipeline.lib.runs.failures import failed_on_input, step_failure_lines
 from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_REASON_TAG,
@@ -61,13 +63,18 @@ def with_deployment_system(run_config: dict, deployment) -> dict:
     """``run_config`` with the HTTP system's URL and key variable taken from the environment
     (``RAG_EVAL_SYSTEM_URL``, ``RAG_EVAL_SYSTEM_KEY_ENV``) where its ``resources.system.config``
     block does not name them: a block that only sets, say, the concurrency would otherwise
-    replace the configured resource and ask for a ``base_url`` the environment already gives."""
+    replace the configured resource and ask for a ``base_url`` the environment already gives.
+    The replay's trace file likewise (``RAG_EVAL_TRACES``), for a block that only allows a corpus
+    mismatch."""
     resources = run_config.get("resources") or {}
     block = resources.get("system") if isinstance(resources, dict) else None
     config = block.get("config") if isinstance(block, dict) else None
-    if deployment.system != "http" or not isinstance(config, dict):
+    if deployment.system not in ("http", "replay") or not isinstance(config, dict):
         return run_config
     filled = dict(config)
+    if deployment.system == "replay":
+        filled.setdefault("path", deployment.traces)
+        return {**run_config, "resources": {**resources, "system": {**block, "config": filled}}}
     if deployment.system_url:
         filled.setdefault("base_url", deployment.system_url)
     if deployment.system_key_env:
@@ -76,11 +83,16 @@ def with_deployment_system(run_config: dict, deployment) -> dict:
 
 
 def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
-    """Refuse settings that would silently change figures, before anything runs."""
+    """Refuse settings that would silently change figures, a file the suite names that is not
+    there, and a replayed trace file that is not there, before anything runs."""
     from rag_eval_pipeline.defs.resources import EvalSettings, SuiteRegistryResource
 
-    suite = SuiteRegistryResource(path=project.deployment().suites).suite(suite_name)
+    deployment = project.deployment()
+    suite = SuiteRegistryResource(path=deployment.suites).suite(suite_name)
+    check_suite_files(suite)
     resources = run_config.get("resources") or {}
+    if deployment.system == "replay":
+        check_replayed_file(resources, deployment.traces, source)
     settings = ((resources.get("settings") or {}).get("config")) or {}
     if not isinstance(settings, dict):
         raise ConfigError(f"{source}: resources.settings.config must be a mapping")
@@ -101,6 +113,19 @@ def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
         raise ConfigError(
             f"{source or 'run configuration'}: resources.settings.config: {message}"
         ) from None
+
+
+def check_replayed_file(resources: dict, traces: str, source: str | None) -> None:
+    """The replay's trace file (``RAG_EVAL_TRACES``, or the run file's
+    ``resources.system.config.path``) is there."""
+    block = resources.get("system") if isinstance(resources, dict) else None
+    config = block.get("config") if isinstance(block, dict) else None
+    named = config.get("path") if isinstance(config, dict) else None
+    path = named or traces
+    if not project_path(path).is_file():
+        given = named and named != traces  # not filled in from the environment
+        where = f"{source}: resources.system.config.path" if given else "RAG_EVAL_TRACES"
+        raise TraceError(f"{where}={path}: trace file does not exist (the replayed trace file)")
 
 
 class Interrupted(KeyboardInterrupt):

@@ -8,6 +8,7 @@ import polars as pl
 from rag_eval_pipeline.defs.metadata import evaluation_asset, table_metadata
 from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
+from rag_eval_pipeline.lib.inputs.corpus import frozen_digests
 from rag_eval_pipeline.lib.inputs.golden import (
     NO_ANSWER_STRATA,
     check_gold_in,
@@ -17,8 +18,14 @@ from rag_eval_pipeline.lib.inputs.golden import (
     strata_counts,
     validate_against_snapshot,
 )
+from rag_eval_pipeline.lib.judges.run import check_judge_inputs
 from rag_eval_pipeline.lib.runs.registry import utc_now
-from rag_eval_pipeline.lib.store.staging import stage_drift, stage_snapshot, stage_tables
+from rag_eval_pipeline.lib.store.staging import (
+    is_staged,
+    stage_drift,
+    stage_snapshot,
+    stage_tables,
+)
 
 
 def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -58,7 +65,10 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
         its frozen digest or the digest's first 12 or more characters), and every gold id must
         exist in the snapshot the set was labelled against (an unknown id fails naming the line,
         before anything is written). Items whose answering passage is no longer current are
-        kept and flagged in ``golden_drift`` for re-labelling.
+        kept and flagged in ``golden_drift`` for re-labelling. The suite's human labels and
+        trace store are read and checked whole here too (a missing file, a bad line, a
+        production trace on a corpus state that is no snapshot of the corpus root), so bad input
+        for the judging steps stops the night before its system runs.
         """
         _, suite_name = night_and_suite(context)
         suite = suites.suite(suite_name)
@@ -94,6 +104,10 @@ def build_golden_set(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition
             source=str(path),
             labelled=pl.concat(labelled_digests) if labelled_digests else None,
         )
+        # What judging reads later (labels, production traces) is refused now, before the
+        # system under test is asked anything.
+        known = frozen_digests(suite.corpus_root)
+        check_judge_inputs(suite, lambda state: state in known or is_staged(store, state))
         tables = golden_tables(golden)
         stage_tables(store, store.golden_dir(golden.golden_digest), tables)
         stage_drift(store, golden.golden_digest, digest, drift)

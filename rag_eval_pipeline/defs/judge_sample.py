@@ -21,6 +21,7 @@ from rag_eval_pipeline.lib.judges.budget import usage_row
 from rag_eval_pipeline.lib.judges.run import (
     PRODUCTION,
     answered_golden,
+    check_trace_store,
     judge_candidates,
     judge_traces,
     passage_texts,
@@ -43,7 +44,8 @@ def plan_judging(
     sharding: ShardingResource,
 ):
     """Draw the sample: tonight's answered golden items and, when the suite has a trace store,
-    its answered production traces whose corpus state can be staged (stratum ``production``)."""
+    its answered production traces (stratum ``production``), each on a corpus state that can be
+    staged (a trace on another is refused naming its line, as ``golden_set`` refused it)."""
     record = record_of(generation_run)
     suite = suites.suite(record.suite)
     store = warehouse_db.run_store()
@@ -57,6 +59,8 @@ def plan_judging(
     if production is not None:
         digests |= set(production["corpus_digest"].unique())
     known = {d for d in digests if ensure_corpus(store, suite.corpus_root, d, utc_now())}
+    if production is not None:
+        check_trace_store(production, suite.trace_store, known)  # as golden_set checked it
     candidates, unknown = judge_candidates(answered, production, known)
     sample = sample_for_judging(candidates, record.settings.judge_sample_size, record.settings.seed)
     store.write_parquet(run_dir / SAMPLE_FILE, sample)

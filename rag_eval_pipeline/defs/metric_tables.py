@@ -167,11 +167,7 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         stability over repeats. Judge gates rest on the PPI bound once enough labels matched."""
         record = record_of(judge_sample)
         suite = suites.suite(record.suite)
-        labels = (
-            load_human_labels(suite.human_labels)
-            if suite.human_labels and suite.human_labels.is_file()
-            else None
-        )
+        labels = load_human_labels(suite.human_labels) if suite.human_labels else None
         store = warehouse_db.run_store()
         run_dir = store.run_dir(record.eval_run_id)
         verdicts = store.read_table(run_dir, "judge_verdicts")

@@ -153,6 +153,11 @@ class SystemResource(dg.ConfigurableResource, ABC):
         """The share of items that may end in a system error before the run fails."""
         return DEFAULT_MAX_ERROR_SHARE
 
+    def check_inputs(self, corpus_digest: str, golden_items: pl.DataFrame, source: str) -> None:
+        """Refuse, before the run begins, input of the system's own that does not fit the night
+        (a replayed trace file): ``corpus_digest`` is the snapshot's, ``golden_items`` the golden
+        set's items (``source`` its file). Nothing to check for a system that is asked live."""
+
 
 class ReferenceSystemResource(SystemResource):
     """The built-in reference system: BM25 over current passages with its guardrails."""
@@ -185,21 +190,38 @@ class ReplaySystemResource(SystemResource):
     """Replay of a trace file (JSONL or Parquet, ``docs/TRACES.md``) as the system under test.
 
     Its configuration carries the trace file's SHA-256 digest, so replaying two different trace
-    files gives two different evaluation runs."""
+    files gives two different evaluation runs. Every trace must be recorded on the snapshot
+    being evaluated unless ``allow_corpus_mismatch`` (to replay the capture of a live run that
+    was allowed to serve another corpus state; recorded in the configuration, as it was there),
+    and every trace naming an ``item_id`` must answer that golden item's question."""
 
     path: str
+    allow_corpus_mismatch: bool = False
 
     def config(self) -> dict:
         from rag_eval_pipeline.lib.systems.replay import ReplaySystem
 
-        return ReplaySystem.config_of(project_path(self.path))
+        config = ReplaySystem.config_of(project_path(self.path))
+        if self.allow_corpus_mismatch:
+            config["allow_corpus_mismatch"] = True
+        return config
+
+    def check_inputs(self, corpus_digest: str, golden_items: pl.DataFrame, source: str) -> None:
+        from rag_eval_pipeline.lib.systems.replay import ReplaySystem
+
+        replay = ReplaySystem(project_path(self.path))
+        if not self.allow_corpus_mismatch:
+            replay.check_corpus(corpus_digest)
+        replay.check_golden(golden_items, source)
 
     def build(
         self, passages: pl.DataFrame, capture: Path | None = None, cache: UPath | None = None
     ) -> SystemUnderTest:
         from rag_eval_pipeline.lib.systems.capture import RecordedReplaySystem
 
-        return RecordedReplaySystem(project_path(self.path), passages)
+        return RecordedReplaySystem(
+            project_path(self.path), passages, allow_corpus_mismatch=self.allow_corpus_mismatch
+        )
 
 
 class HttpSystemResource(SystemResource):

@@ -59,8 +59,16 @@ def plan_retrieval(
 ):
     """Begin the run: its record (suite, night, digests, system and judge configurations, every
     setting that can change a figure) gives the ``eval_run_id`` and goes to the run store before
-    the system is asked anything; then one output per shard."""
+    the system is asked anything; then one output per shard. Input of the system's own (a
+    replayed trace file) that does not fit the night is refused before the run begins."""
     night, suite_name = night_and_suite(context)
+    suite = suites.suite(suite_name)
+    store = warehouse_db.run_store()
+    system.check_inputs(
+        corpus_snapshot["corpus_digest"],
+        store.read_table(store.golden_dir(golden_set["golden_digest"]), "golden_items"),
+        str(suite.golden_set),
+    )
     record = EvalRunRecord(
         suite=suite_name,
         night=night,
@@ -70,11 +78,10 @@ def plan_retrieval(
         golden_digest=golden_set["golden_digest"],
         system_config=system.config(),
         judge_config=judge.config(),
-        settings=settings.run_settings(suites.suite(suite_name)),
+        settings=settings.run_settings(suite),
         request=RunRequest.from_tags(context.run.tags),
     )
     context.instance.add_run_tags(context.run_id, {EVAL_RUN_TAG: record.eval_run_id})
-    store = warehouse_db.run_store()
     for table in TABLES:
         store.remove_table(store.run_dir(record.eval_run_id), table)
     begin_run(store, record, context.run_id)

@@ -155,6 +155,18 @@ def parse_suite(name: str, text: str, source: Path) -> Suite:
     )
 
 
+def check_suite_files(suite: Suite) -> None:
+    """The optional files a suite names (``human_labels``, ``trace_store``) are there: a night
+    would otherwise run without them (an uncalibrated judge, no production traces) as if the
+    field were empty. A missing one is a ``SuiteError`` naming the suite file, the field and the
+    path."""
+    for field in ("human_labels", "trace_store"):
+        path = getattr(suite, field)
+        if path is not None and not path.is_file():
+            problem = "is not a file" if path.exists() else "does not exist"
+            raise SuiteError(f"{suite.source or suite.name}: {field} {path} {problem}")
+
+
 def load_suite(registry: Path | str, name: str) -> Suite:
     """The suite ``name`` of the registry folder; an unknown name lists the known ones (by file
     name: another suite's bad file does not hide the unknown name)."""

@@ -14,11 +14,15 @@ An answer whose claim split failed gives one ``JUDGE_ERROR`` row (claim index 0,
 its item and nothing else fails; a verdict that failed is ``JUDGE_ERROR`` too (never supported).
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 import polars as pl
 
+from rag_eval_pipeline.lib.inputs.suites import Suite, check_suite_files
+from rag_eval_pipeline.lib.inputs.traces import TraceError, load_traces, trace_location
+from rag_eval_pipeline.lib.judges.calibration import load_human_labels
 from rag_eval_pipeline.lib.judges.protocol import ENTAILED, JUDGE_ERROR, Claim, Context, Judge
 from rag_eval_pipeline.lib.judges.sampling import stratified_sample
 from rag_eval_pipeline.lib.judges.stability import verdicts_of_repeat
@@ -45,6 +49,35 @@ def answered_golden(
             source=pl.lit(GOLDEN),
         )
     )
+
+
+def check_trace_store(production: pl.DataFrame, path: Path, known_digests: set[str]) -> None:
+    """Every production trace was recorded on a corpus state the night can read
+    (``known_digests``: the suite's frozen snapshots and the states already staged), as each is
+    judged against its own context's passages: else a ``TraceError`` naming the first other
+    trace's line, its digest and how many there are."""
+    unknown = production.filter(~pl.col("corpus_digest").is_in(sorted(known_digests)))
+    if unknown.height:
+        first = unknown.row(0, named=True)
+        raise TraceError(
+            f"{trace_location(path, first['line'])}: trace recorded on corpus state "
+            f"{first['corpus_digest']}, which is no snapshot of the suite's corpus root: its "
+            "context cannot be judged (freeze that state under the corpus root, or leave the "
+            f"trace out of the trace store; {unknown.height} such trace(s) in all)"
+        )
+
+
+def check_judge_inputs(suite: Suite, is_known: Callable[[str], bool]) -> None:
+    """Read and check, whole, the files a suite's judging reads (``check_suite_files``, the
+    human labels, the trace store and its corpus states, ``is_known`` telling whether a
+    corpus digest can be read), so a night refuses them before its system is asked anything."""
+    check_suite_files(suite)
+    if suite.human_labels is not None:
+        load_human_labels(suite.human_labels)
+    if suite.trace_store is not None:
+        production = load_traces(suite.trace_store)
+        digests = set(production["corpus_digest"].unique().to_list())
+        check_trace_store(production, suite.trace_store, {d for d in digests if is_known(d)})
 
 
 def judge_candidates(

@@ -134,8 +134,14 @@ class RecordedReplaySystem(ReplaySystem):
     tokens and cost where the file has them (a capture does; a hand-made trace file usually not).
     """
 
-    def __init__(self, path: Path | str, passages: pl.DataFrame | None = None):
-        super().__init__(path, passages)
+    def __init__(
+        self,
+        path: Path | str,
+        passages: pl.DataFrame | None = None,
+        *,
+        allow_corpus_mismatch: bool = False,
+    ):
+        super().__init__(path, passages, allow_corpus_mismatch=allow_corpus_mismatch)
         self._measured = measured_fields(self.path)
 
     def call_outcomes(self, queries: Sequence[Query]) -> list[CallOutcome]:

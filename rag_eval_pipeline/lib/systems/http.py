@@ -391,7 +391,9 @@ class HttpSystem:
                     f"{self.capture}: no capture of this run; its retrieval step (the live pass) "
                     "did not finish"
                 )
-            self._replay = RecordedReplaySystem(self.capture, self.passages)
+            self._replay = RecordedReplaySystem(
+                self.capture, self.passages, allow_corpus_mismatch=self.allow_corpus_mismatch
+            )
         return self._replay
 
     @contextmanager

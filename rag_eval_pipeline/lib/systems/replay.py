@@ -32,17 +32,29 @@ class ReplaySystem:
     traces share a question text they are served in file order, one per request, separately
     for retrieval and for answers (and round again on a second pass). A question without a
     trace is an error naming the trace file. With ``passages`` given, every passage id a trace
-    mentions must be in them (a trace recorded on another corpus state fails naming its line).
+    mentions must be in them, and every trace's ``corpus_digest`` must be theirs (a trace
+    recorded on another corpus state fails naming its line) unless ``allow_corpus_mismatch``
+    (a capture of a live run that was allowed to serve another corpus state).
+    ``check_golden`` holds the file against the golden set being evaluated.
     """
 
     system_id = "replay"
 
-    def __init__(self, path: Path | str, passages: pl.DataFrame | None = None):
+    def __init__(
+        self,
+        path: Path | str,
+        passages: pl.DataFrame | None = None,
+        *,
+        allow_corpus_mismatch: bool = False,
+    ):
         self.path = Path(path)
         self.traces = load_traces(self.path)
         self.trace_digest = trace_file_digest(self.path)
         if passages is not None:
             self._check_passages(set(passages["passage_id"].to_list()))
+            if "corpus_digest" in passages.columns and not allow_corpus_mismatch:
+                for corpus_digest in passages["corpus_digest"].unique().to_list():
+                    self.check_corpus(corpus_digest)
         self._rows = self.traces.to_dicts()
         self._by_item = {row["item_id"]: row for row in self._rows if row["item_id"]}
         self._by_question: dict[str, list[dict]] = {}
@@ -52,7 +64,10 @@ class ReplaySystem:
 
     @staticmethod
     def config_of(path: Path | str) -> dict:
-        """The configuration that identifies a replay: the trace file's name and digest."""
+        """The configuration that identifies a replay: the trace file's name and digest (a file
+        that is not there is a ``TraceError``)."""
+        if not Path(path).is_file():
+            raise TraceError(f"{path}: trace file does not exist (the replayed trace file)")
         return {
             "system_id": ReplaySystem.system_id,
             "trace_file": Path(path).name,
@@ -84,6 +99,42 @@ class ReplaySystem:
                 f"{trace_location(self.path, line)}: passage {passage!r} is not in the corpus snapshot "
                 f"({unknown['passage_id'].n_unique()} unknown passage id(s) in all)"
             )
+
+    def check_corpus(self, corpus_digest: str) -> None:
+        """Every trace was recorded on the corpus state ``corpus_digest`` (else a ``TraceError``
+        naming the first other trace's line, its digest and how many there are)."""
+        other = self.traces.filter(pl.col("corpus_digest") != corpus_digest)
+        if other.height:
+            first = other.row(0, named=True)
+            raise TraceError(
+                f"{trace_location(self.path, first['line'])}: trace recorded on corpus state "
+                f"{first['corpus_digest']}, not on the snapshot being evaluated "
+                f"({corpus_digest}; {other.height} trace(s) from another corpus state in all)"
+            )
+
+    def check_golden(self, golden_items: pl.DataFrame, source: str) -> None:
+        """Every trace naming an ``item_id`` answers an item of the golden set (``golden_items``:
+        ``item_id``, ``question``, ``line``; ``source`` names its file) and asks that item's
+        question (spacing aside); else a ``TraceError`` naming the trace's line."""
+        golden = {
+            row["item_id"]: row
+            for row in golden_items.select("item_id", "question", "line").iter_rows(named=True)
+        }
+        for row in self._rows:  # in file order
+            if row["item_id"] is None:
+                continue
+            where = trace_location(self.path, row["line"])
+            item = golden.get(row["item_id"])
+            if item is None:
+                raise TraceError(
+                    f"{where}: item_id {row['item_id']!r} is not an item of the golden set "
+                    f"{source} (a trace file recorded on another golden set?)"
+                )
+            if " ".join(row["question"].split()) != " ".join(item["question"].split()):
+                raise TraceError(
+                    f"{where}: item {row['item_id']!r} asks {row['question']!r}, but the golden "
+                    f"item asks {item['question']!r} ({source}:{item['line']})"
+                )
 
     def _trace(self, question: str, item_id: str | None, purpose: str) -> dict:
         if item_id is not None and item_id in self._by_item:
