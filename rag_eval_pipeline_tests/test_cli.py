@@ -743,3 +743,33 @@ def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
     for _, _, metric, old, new, offset in offsets:
         if None not in (old, new, offset):
             assert f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("settings.yaml", "exists and is not a DuckDB database"),
+        ("settings.yaml/w/rag_eval.duckdb", "{folder}/settings.yaml is a file, not a folder"),
+        (".", "is a folder, not a DuckDB file"),
+    ],
+)
+@pytest.mark.parametrize("command", [["nightly", "--partition", "2026-10-15"], ["history"]])
+def test_a_warehouse_setting_that_names_no_duckdb_file_is_refused_before_anything(
+    tmp_path, where, said, command
+):
+    # A night used to run to its end and fail in its alert with a traceback, leaving a store/
+    # folder and a .lock file beside the YAML file.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    settings = write(folder / "settings.yaml", "judge: llm\n")
+    warehouse = (folder / where).resolve()
+    completed = rag_eval(
+        *command,
+        env={"RAG_EVAL_WAREHOUSE": str(warehouse), "DAGSTER_HOME": str(tmp_path / "home")},
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert (
+        completed.stderr == f"error: RAG_EVAL_WAREHOUSE {warehouse}: {said.format(folder=folder)}\n"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["settings.yaml"]
+    assert settings.read_text(encoding="utf-8") == "judge: llm\n"

@@ -354,6 +354,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     preflight(run_config, suite, args.config)
     night = args.partition or dt.datetime.now(ZoneInfo(deployment.timezone)).date().isoformat()
     check_night(night, deployment.timezone)
+    project.warehouse()  # a warehouse location that cannot be one, refused before any step
     defs = build_definitions(deployment)
     project.dagster_home()
     instance = dg.DagsterInstance.get()
