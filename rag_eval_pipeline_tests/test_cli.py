@@ -422,6 +422,11 @@ def test_import_rejects_bad_beir_input(tmp_path):
         (["accept-baseline", "no-run", "--reason", "x"], "no evaluation run 'no-run'"),
         (["evaluate-run", "missing-qrels", "missing-run"], "missing-qrels"),
         (["evaluate-run", "q", "r", "-m", "MRR@5"], "unknown measure 'MRR@5'"),
+        (["evaluate-run", "no-qrels", "."], "error: .: is a folder, not a file"),
+        (["export-run", "no-run", "."], "error: .: is a folder, not a file"),
+        (["export-run", "no-run", "no/such/out.trec"], "cannot write it, no/such does not exist"),
+        (["freeze", "no/such/folder"], "error: no/such/folder: no such snapshot folder"),
+        (["freeze", "README.md"], "error: README.md: is a file, not a snapshot folder"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )
@@ -773,3 +778,24 @@ def test_a_warehouse_setting_that_names_no_duckdb_file_is_refused_before_anythin
     )
     assert sorted(p.name for p in folder.iterdir()) == ["settings.yaml"]
     assert settings.read_text(encoding="utf-8") == "judge: llm\n"
+
+
+@pytest.mark.parametrize(
+    "arguments", [["suites"], ["nightly", "--partition", "2026-10-15"], ["nightly", "--suite", "x"]]
+)
+def test_a_suite_folder_that_does_not_exist_is_named_as_such(tmp_path, arguments):
+    # It used to read as a folder without suites: "no suite files", "(suites: none)".
+    registry = tmp_path / "no-such-suites"
+    completed = rag_eval(
+        *arguments,
+        env={
+            "RAG_EVAL_SUITES": str(registry),
+            "RAG_EVAL_WAREHOUSE": str(tmp_path / "w" / "w.duckdb"),
+            "DAGSTER_HOME": str(tmp_path / "home"),
+        },
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert completed.stderr == (
+        f"error: {registry}: the suite folder (RAG_EVAL_SUITES) does not exist\n"
+    )
+    assert not (tmp_path / "w").exists()
