@@ -799,3 +799,56 @@ def test_a_suite_folder_that_does_not_exist_is_named_as_such(tmp_path, arguments
         f"error: {registry}: the suite folder (RAG_EVAL_SUITES) does not exist\n"
     )
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (
+            {"resources": {"system": {"config": {"evidence_treshold": 0.5}}}},
+            "run configuration of nightly_eval: resources.system.config: unknown key "
+            "'evidence_treshold' (keys: b, current_only, evidence_threshold, k1, "
+            "max_answer_sentences)",
+        ),
+        (
+            {"resourcez": {"system": {}}},
+            "run configuration of nightly_eval: the top level: unknown key 'resourcez' "
+            "(keys: execution, loggers, ops, resources)",
+        ),
+        (
+            {"resources": {"system": {"config": {"evidence_threshold": "high"}}}},
+            "run configuration of nightly_eval: resources.system.config.evidence_threshold: "
+            "'high' is not of type Float",
+        ),
+        (
+            {"resources": {"settings": {"config": {"seed": "high"}}}},
+            "resources.settings.config.seed: Input should be a valid integer, unable to parse "
+            "string as an integer, got 'high'",
+        ),
+        (
+            {"resources": {"settings": {"config": {"bogus": 1}}}},
+            "run configuration of nightly_eval: resources.settings.config: unknown key 'bogus' "
+            "(keys: bootstrap_resamples, context_k, cutoffs, judge_repeats, judge_sample_size, "
+            "rel_level, retrieval_depth, seed)",
+        ),
+    ],
+)
+def test_a_bad_run_configuration_is_named_in_a_line_without_the_schema(tmp_path, config, said):
+    # Dagster's message dumped the job's whole expected config schema; pydantic's ended in a URL;
+    # neither named the file.
+    source = write(tmp_path / "run.yaml", yaml.safe_dump(config))
+    warehouse = tmp_path / "w" / "w.duckdb"
+    completed = rag_eval(
+        "nightly",
+        "--partition",
+        "2026-10-15",
+        "--config",
+        str(source),
+        env={"RAG_EVAL_WAREHOUSE": str(warehouse), "DAGSTER_HOME": str(tmp_path / "home")},
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {source}: {said}"], completed.stderr
+    assert len(completed.stderr.splitlines()) <= 2, completed.stderr
+    assert "Expected:" not in completed.stderr and "pydantic" not in completed.stderr
+    assert not warehouse.parent.exists()
