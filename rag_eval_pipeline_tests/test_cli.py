@@ -422,6 +422,11 @@ def test_import_rejects_bad_beir_input(tmp_path):
         (["accept-baseline", "no-run", "--reason", "x"], "no evaluation run 'no-run'"),
         (["evaluate-run", "missing-qrels", "missing-run"], "missing-qrels"),
         (["evaluate-run", "q", "r", "-m", "MRR@5"], "unknown measure 'MRR@5'"),
+        (["evaluate-run", "no-qrels", "."], "error: .: is a folder, not a file"),
+        (["export-run", "no-run", "."], "error: .: is a folder, not a file"),
+        (["export-run", "no-run", "no/such/out.trec"], "cannot write it, no/such does not exist"),
+        (["freeze", "no/such/folder"], "error: no/such/folder: no such snapshot folder"),
+        (["freeze", "README.md"], "error: README.md: is a file, not a snapshot folder"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )
@@ -743,3 +748,107 @@ def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
     for _, _, metric, old, new, offset in offsets:
         if None not in (old, new, offset):
             assert f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("settings.yaml", "exists and is not a DuckDB database"),
+        ("settings.yaml/w/rag_eval.duckdb", "{folder}/settings.yaml is a file, not a folder"),
+        (".", "is a folder, not a DuckDB file"),
+    ],
+)
+@pytest.mark.parametrize("command", [["nightly", "--partition", "2026-10-15"], ["history"]])
+def test_a_warehouse_setting_that_names_no_duckdb_file_is_refused_before_anything(
+    tmp_path, where, said, command
+):
+    # A night used to run to its end and fail in its alert with a traceback, leaving a store/
+    # folder and a .lock file beside the YAML file.
+    folder = tmp_path / "project"
+    folder.mkdir()
+    settings = write(folder / "settings.yaml", "judge: llm\n")
+    warehouse = (folder / where).resolve()
+    completed = rag_eval(
+        *command,
+        env={"RAG_EVAL_WAREHOUSE": str(warehouse), "DAGSTER_HOME": str(tmp_path / "home")},
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert (
+        completed.stderr == f"error: RAG_EVAL_WAREHOUSE {warehouse}: {said.format(folder=folder)}\n"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["settings.yaml"]
+    assert settings.read_text(encoding="utf-8") == "judge: llm\n"
+
+
+@pytest.mark.parametrize(
+    "arguments", [["suites"], ["nightly", "--partition", "2026-10-15"], ["nightly", "--suite", "x"]]
+)
+def test_a_suite_folder_that_does_not_exist_is_named_as_such(tmp_path, arguments):
+    # It used to read as a folder without suites: "no suite files", "(suites: none)".
+    registry = tmp_path / "no-such-suites"
+    completed = rag_eval(
+        *arguments,
+        env={
+            "RAG_EVAL_SUITES": str(registry),
+            "RAG_EVAL_WAREHOUSE": str(tmp_path / "w" / "w.duckdb"),
+            "DAGSTER_HOME": str(tmp_path / "home"),
+        },
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert completed.stderr == (
+        f"error: {registry}: the suite folder (RAG_EVAL_SUITES) does not exist\n"
+    )
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (
+            {"resources": {"system": {"config": {"evidence_treshold": 0.5}}}},
+            "run configuration of nightly_eval: resources.system.config: unknown key "
+            "'evidence_treshold' (keys: b, current_only, evidence_threshold, k1, "
+            "max_answer_sentences)",
+        ),
+        (
+            {"resourcez": {"system": {}}},
+            "run configuration of nightly_eval: the top level: unknown key 'resourcez' "
+            "(keys: execution, loggers, ops, resources)",
+        ),
+        (
+            {"resources": {"system": {"config": {"evidence_threshold": "high"}}}},
+            "run configuration of nightly_eval: resources.system.config.evidence_threshold: "
+            "'high' is not of type Float",
+        ),
+        (
+            {"resources": {"settings": {"config": {"seed": "high"}}}},
+            "resources.settings.config.seed: Input should be a valid integer, unable to parse "
+            "string as an integer, got 'high'",
+        ),
+        (
+            {"resources": {"settings": {"config": {"bogus": 1}}}},
+            "run configuration of nightly_eval: resources.settings.config: unknown key 'bogus' "
+            "(keys: bootstrap_resamples, context_k, cutoffs, judge_repeats, judge_sample_size, "
+            "rel_level, retrieval_depth, seed)",
+        ),
+    ],
+)
+def test_a_bad_run_configuration_is_named_in_a_line_without_the_schema(tmp_path, config, said):
+    # Dagster's message dumped the job's whole expected config schema; pydantic's ended in a URL;
+    # neither named the file.
+    source = write(tmp_path / "run.yaml", yaml.safe_dump(config))
+    warehouse = tmp_path / "w" / "w.duckdb"
+    completed = rag_eval(
+        "nightly",
+        "--partition",
+        "2026-10-15",
+        "--config",
+        str(source),
+        env={"RAG_EVAL_WAREHOUSE": str(warehouse), "DAGSTER_HOME": str(tmp_path / "home")},
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {source}: {said}"], completed.stderr
+    assert len(completed.stderr.splitlines()) <= 2, completed.stderr
+    assert "Expected:" not in completed.stderr and "pydantic" not in completed.stderr
+    assert not warehouse.parent.exists()

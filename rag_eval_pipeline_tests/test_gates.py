@@ -6,17 +6,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
+import yaml
 
 from rag_eval_pipeline.lib.runs.gates import (
+    CATALOGUE,
     FAILED,
     NOT_CALIBRATED,
     PASSED,
     GateFileError,
     evaluate_gates,
     load_gates,
+    metric_problem,
+    read_gates,
 )
+
+from .conftest import materialize_night
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,3 +117,144 @@ def test_failing_gates_make_nightly_exit_non_zero(tmp_path):
     assert completed.stderr.count("release gates failed") == 1
     assert "gate_success_at_5: success_at_5: Success@5 95% lower bound" in completed.stderr
     assert "short by" in completed.stderr
+
+
+def gates_file(tmp_path: Path, **fields) -> Path:
+    """A gates file of one Success@5 gate, its fields replaced or added by ``fields``."""
+    gate = {
+        "name": "success_at_5",
+        "table": "retrieval_metrics",
+        "scope": "overall",
+        "scope_value": "answerable",
+        "metric": "Success@5",
+        "statistic": "ci_low",
+        "op": ">=",
+        "threshold": 0.6,
+        **fields,
+    }
+    path = tmp_path / "gates.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "gates": [gate]}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("threshold", "high", "'threshold' must be a number, got 'high'"),
+        ("threshold", True, "'threshold' must be a number, got True"),
+        (
+            "needs_calibrated_judge",
+            "yes",
+            "'needs_calibrated_judge' must be true or false, got 'yes'",
+        ),
+        ("needs_calibrated_judge", 1, "'needs_calibrated_judge' must be true or false, got 1"),
+        ("scope_value", 2, "'scope_value' must be text, got 2"),
+    ],
+)
+def test_a_gate_field_of_the_wrong_type_is_refused_naming_the_gate(tmp_path, field, value, said):
+    # YAML reads `threshold: high` as text (a ValueError in describe at the end of a night) and
+    # `threshold: true` as a bool, which compares as 1.
+    path = gates_file(tmp_path, **{field: value})
+    with pytest.raises(GateFileError) as raised:
+        read_gates(path)
+    assert str(raised.value) == f"{path}: gate 1 (success_at_5): {said}"
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"metric": "Sucess@5"}, "'metric' 'Sucess@5' is not a metric of retrieval_metrics"),
+        ({"metric": "AP@5"}, "'metric' 'AP@5' is not a metric of retrieval_metrics"),
+        ({"metric": "R@0"}, "'metric' 'R@0' is not a metric of retrieval_metrics"),
+        ({"scope": "overal"}, "'scope' 'overal' is not a scope of retrieval_metrics"),
+        ({"scope_value": "all_items"}, "'scope_value' 'all_items' is not a value of scope overall"),
+        (
+            {"table": "generation_metrics", "metric": "latency_p95_ms"},
+            "'metric' 'latency_p95_ms' is not a metric of generation_metrics in scope overall",
+        ),
+        (
+            {"table": "generation_metrics", "scope": "operations", "scope_value": "answerable"},
+            "'scope_value' 'answerable' is not a value of scope operations",
+        ),
+        (
+            {"table": "judge_rate_estimates", "scope": "source", "scope_value": "prod"},
+            "'scope_value' 'prod' is not a value of scope source in judge_rate_estimates",
+        ),
+    ],
+)
+def test_a_gate_on_a_row_no_run_has_is_refused_rather_than_never_enforced(tmp_path, fields, said):
+    path = gates_file(tmp_path, **fields)
+    with pytest.raises(GateFileError, match=r"gate 1 \(success_at_5\): ") as raised:
+        read_gates(path)
+    assert said in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"metric": "Stale@3"},
+        {"metric": "nDCG_exp@20", "scope": "language", "scope_value": "de"},
+        {"metric": "AP", "scope": "stratum", "scope_value": "any_stratum_of_a_golden_set"},
+        {
+            "table": "generation_metrics",
+            "scope": "operations",
+            "scope_value": "all_items",
+            "metric": "latency_p95_ms",
+        },
+        {
+            "table": "generation_metrics",
+            "scope": "guardrail",
+            "scope_value": "all_items",
+            "metric": "input_check_override_blocked",
+        },
+        {"table": "generation_metrics", "scope_value": "all_items", "metric": "squad_f1"},
+    ],
+)
+def test_gates_on_rows_some_run_has_are_read(tmp_path, fields):
+    [gate] = read_gates(gates_file(tmp_path, **fields)).gates
+    assert gate.metric == fields["metric"]
+
+
+def test_every_metric_row_of_a_night_is_one_a_gate_may_name(library, tmp_path):
+    """The rows a gate may name (``CATALOGUE``) hold every row a real night writes: a measure
+    added to a registry without the catalogue knowing it would be refused in a gates file."""
+    warehouse = tmp_path / "w.duckdb"
+    assert materialize_night(library, warehouse, judge_repeats=2).success
+    with duckdb.connect(str(warehouse), read_only=True) as connection:
+        night = connection.sql(
+            "SELECT DISTINCT 'retrieval_metrics', scope, scope_value, measure "
+            "FROM retrieval_metrics UNION ALL "
+            "SELECT DISTINCT 'generation_metrics', scope, scope_value, metric "
+            "FROM generation_metrics UNION ALL "
+            "SELECT DISTINCT 'judge_rate_estimates', scope, scope_value, metric "
+            "FROM judge_rate_estimates"
+        ).fetchall()
+    assert {table for table, *_ in night} == set(CATALOGUE)
+    assert {row: metric_problem(*row) for row in night if metric_problem(*row)} == {}
+    assert {scope for _, scope, *_ in night} >= {"overall", "stratum", "language", "operations"}
+
+
+def test_nightly_refuses_a_bad_gates_file_before_any_step(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    warehouse = tmp_path / "w" / "w.duckdb"
+    gates = gates_file(tmp_path, threshold="high")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "RAG_EVAL_WAREHOUSE": str(warehouse),
+        "RAG_EVAL_GATES": str(gates),
+    }
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "rag-eval"), "nightly", "--partition", "2026-10-15"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr == (
+        f"error: {gates}: gate 1 (success_at_5): 'threshold' must be a number, got 'high'\n"
+    )
+    assert not warehouse.parent.exists()

@@ -21,11 +21,31 @@ from rag_eval_pipeline.lib.store.sql import sql_query
 DEFAULT_MEASURES = ["nDCG@5", "nDCG@10", "P@5", "R@5", "RR", "AP"]
 
 
+def refuse_folder(path: Path) -> None:
+    """A file argument that names a folder, refused as one (the readers would say the file
+    does not exist, a write would fail with IsADirectoryError)."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a file")
+
+
+def output_file(path: Path) -> Path:
+    """A file to write: not a folder, and in a folder that exists."""
+    refuse_folder(path)
+    folder = path.parent
+    if not folder.is_dir():
+        state = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError(f"{path}: cannot write it, {folder} {state}")
+    return path
+
+
 def command_freeze(args: argparse.Namespace) -> int:
     import sys
 
     from rag_eval_pipeline.lib.inputs.corpus import CorpusError, freeze, read_manifest
 
+    if not args.snapshot_dir.is_dir():
+        state = "is a file, not a" if args.snapshot_dir.exists() else "no such"
+        raise ConfigError(f"{args.snapshot_dir}: {state} snapshot folder")
     try:
         before = read_manifest(Path(args.snapshot_dir))["corpus_digest"]
     except CorpusError:  # never frozen (or an unreadable manifest, which the freeze replaces)
@@ -84,6 +104,8 @@ def command_evaluate_run(args: argparse.Namespace) -> int:
             rm.parse_measure(measure)
         except ValueError as error:
             raise ConfigError(str(error)) from None
+    refuse_folder(args.qrels)
+    refuse_folder(args.run)
     qrels = read_trec_qrels(args.qrels)
     # Only the ranked rows outlive this line: the run frame is freed before the measures.
     ranked = rm.rank_run(read_trec_run(args.run), qrels, measures, rel_level=args.rel_level)
@@ -227,6 +249,7 @@ def command_import(args: argparse.Namespace) -> int:
 def command_export_run(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.inputs.formats import write_trec_run
 
+    output_file(args.output)
     with project.existing_warehouse().reading() as connection:
         query = sql_query("export", "documents" if args.doc_ids else "passages")
         run = connection.sql(query, params={"run": args.eval_run_id}).pl()

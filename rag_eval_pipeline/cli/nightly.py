@@ -109,9 +109,8 @@ def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
     except ConfigError as error:
         raise ConfigError(f"{source or 'run configuration'}: {error}") from None
     except Exception as error:  # pydantic: a wrong type or an unknown field
-        message = " ".join(str(error).split())
         raise ConfigError(
-            f"{source or 'run configuration'}: resources.settings.config: {message}"
+            f"{source or 'run configuration'}: {'; '.join(settings_problems(error))}"
         ) from None
 
 
@@ -126,6 +125,22 @@ def check_replayed_file(resources: dict, traces: str, source: str | None) -> Non
         given = named and named != traces  # not filled in from the environment
         where = f"{source}: resources.system.config.path" if given else "RAG_EVAL_TRACES"
         raise TraceError(f"{where}={path}: trace file does not exist (the replayed trace file)")
+
+
+def settings_problems(error: Exception) -> list[str]:
+    """A pydantic ``ValidationError`` of the run settings as short lines naming each key (no
+    pydantic URL); any other error as its own text."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return [" ".join(str(error).split())]
+    problems = []
+    for problem in errors(include_url=False):
+        where = ".".join(["resources.settings.config", *map(str, problem["loc"])])
+        if problem["type"] == "extra_forbidden":
+            problems.append(f"{where}: unknown key")
+        else:
+            problems.append(f"{where}: {problem['msg']}, got {problem['input']!r}")
+    return problems
 
 
 class Interrupted(KeyboardInterrupt):
@@ -178,8 +193,59 @@ def interrupts_stop_the_run():
         os.close(write_end)
 
 
-def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=None, verbose=False):
-    """Execute one job in-process, a line per finished step on stderr.
+def _config_keys(config_type, path: list[str]) -> list[str] | None:
+    """The keys the job's config schema takes at ``path`` (``None`` where it names none)."""
+    for level in [*path, None]:
+        while getattr(config_type, "fields", None) is None and hasattr(config_type, "inner_type"):
+            config_type = config_type.inner_type  # Noneable, Array
+        fields = getattr(config_type, "fields", None)
+        if not isinstance(fields, dict) or (level is not None and level not in fields):
+            return None
+        if level is None:
+            return sorted(fields)
+        config_type = fields[level].config_type
+    return None
+
+
+def config_problems(error, job_def) -> list[str]:
+    """Dagster's config errors as short lines, each naming the key path and what is wrong,
+    without Dagster's dump of the whole expected schema (reasons compared by name: their enum is
+    not in Dagster's public API)."""
+    problems = []
+    for problem in error.errors:
+        path = [str(level) for level in problem.stack.levels]
+        where = ".".join(path) or "the top level"
+        data, reason = problem.error_data, problem.reason.name
+        if reason in ("FIELD_NOT_DEFINED", "FIELDS_NOT_DEFINED"):
+            names = getattr(data, "field_names", None) or [data.field_name]
+            keys = _config_keys(job_def.run_config_schema.config_type, path)
+            known = f" (keys: {', '.join(keys)})" if keys else ""
+            unknown = ", ".join(repr(name) for name in names)
+            problems.append(f"{where}: unknown key {unknown}{known}")
+        elif reason == "MISSING_REQUIRED_FIELD":
+            problems.append(f"{where}: missing key {data.field_name!r}")
+        elif reason == "RUNTIME_TYPE_MISMATCH":
+            expected = data.config_type_snap.given_name or data.config_type_snap.key
+            problems.append(f"{where}: {data.value_rep} is not of type {expected}")
+        else:
+            problems.append(f"{where}: {problem.message.split(' Expected: ')[0]}")
+    return problems
+
+
+def run_job(
+    defs,
+    instance,
+    job_name: str,
+    key: str,
+    *,
+    run_config=None,
+    tags=None,
+    verbose=False,
+    source: str | None = None,
+):
+    """Execute one job in-process, a line per finished step on stderr. A run configuration
+    Dagster refuses is a ``ConfigError`` naming ``source`` (the file it came from), the key and
+    what is wrong.
 
     The run is tagged with this machine and process, so a run whose process dies (``kill -9``)
     is failed by the next ``rag-eval nightly`` or the ``abandoned_runs`` sensor. An interrupt
@@ -214,8 +280,9 @@ def run_job(defs, instance, job_name: str, key: str, *, run_config=None, tags=No
             print_finished_steps(instance, result.run_id)
             return result
     except dg.DagsterInvalidConfigError as error:
-        problems = "; ".join(e.message for e in error.errors) or str(error)
-        raise ConfigError(f"run configuration of {job_name}: {problems}") from None
+        problems = "; ".join(config_problems(error, defs.resolve_job_def(job_name))) or str(error)
+        where = f"{source}: run configuration of {job_name}" if source else job_name
+        raise ConfigError(f"{where}: {problems}") from None
     except KeyboardInterrupt as interrupt:
         name = getattr(interrupt, "signal_name", "SIGINT")
         end_interrupted_runs(instance, tags, f"interrupted by {name}")
@@ -379,6 +446,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     preflight(run_config, suite, args.config)
     night = args.partition or dt.datetime.now(ZoneInfo(deployment.timezone)).date().isoformat()
     check_night(night, deployment.timezone)
+    project.warehouse()  # a warehouse location that cannot be one, refused before any step
     defs = build_definitions(deployment)
     project.dagster_home()
     instance = dg.DagsterInstance.get()
@@ -394,6 +462,7 @@ def command_nightly(args: argparse.Namespace) -> int:
         "nightly_eval",
         partition_key(night, suite),
         run_config=run_config,
+        source=args.config,
         # With its guard applied here, the daemon's guard leaves this night (and what this
         # guard launches) to this process.
         tags={

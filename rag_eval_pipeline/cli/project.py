@@ -23,9 +23,15 @@ def deployment() -> Deployment:
 
 
 def warehouse() -> "Warehouse":
-    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+    """The deployment's warehouse, refused (``RAG_EVAL_WAREHOUSE`` and the path named) where no
+    warehouse can be: under a file, or an existing file that is not a DuckDB database."""
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse, location_problem
 
-    return Warehouse(project_path(deployment().warehouse))
+    path = project_path(deployment().warehouse)
+    problem = location_problem(path)
+    if problem:
+        raise ConfigError(f"RAG_EVAL_WAREHOUSE {path}: {problem}")
+    return Warehouse(path)
 
 
 def warehouse_resource():

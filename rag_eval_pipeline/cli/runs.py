@@ -9,7 +9,12 @@ import sys
 from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.cli.nightly import comparison_line
 from rag_eval_pipeline.lib.errors import ConfigError
-from rag_eval_pipeline.lib.inputs.suites import check_suite_name, load_suite, scan_suites
+from rag_eval_pipeline.lib.inputs.suites import (
+    check_registry,
+    check_suite_name,
+    load_suite,
+    scan_suites,
+)
 from rag_eval_pipeline.lib.store.sql import sql_query
 
 
@@ -212,6 +217,7 @@ def command_suites(args: argparse.Namespace) -> int:
     """Every suite that can be used; then each bad suite file, one ``error:`` line each, and
     status 2, so one bad file neither hides the others nor goes unnoticed by a script."""
     registry = project.deployment().suites
+    check_registry(registry)
     suites, problems = scan_suites(registry)
     if not suites and not problems:
         raise ConfigError(f"{registry}: no suite files")

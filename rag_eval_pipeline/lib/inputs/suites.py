@@ -172,9 +172,19 @@ def load_suite(registry: Path | str, name: str) -> Suite:
     name: another suite's bad file does not hide the unknown name)."""
     path = suite_file(registry, name)
     if not path.is_file():
+        check_registry(registry)
         known = ", ".join(p.stem for p in suite_files(registry) if SUITE_NAME.match(p.stem))
         raise SuiteError(f"{path}: no suite named {name!r} (suites: {known or 'none'})")
     return parse_suite(name, path.read_text(encoding="utf-8"), path)
+
+
+def check_registry(registry: Path | str) -> None:
+    """Refuse a registry folder (``RAG_EVAL_SUITES``) that does not exist or is not a folder, rather
+    than read it as a folder without suites."""
+    folder = project_path(registry)
+    if not folder.is_dir():
+        state = "is not a folder" if folder.exists() else "does not exist"
+        raise SuiteError(f"{folder}: the suite folder (RAG_EVAL_SUITES) {state}")
 
 
 def suite_files(registry: Path | str) -> list[Path]:

@@ -660,7 +660,27 @@ def aggregate(
 
 
 RUN_MEASURES = ("Success", "R", "P", "RR", "nDCG", "nDCG_exp")
+# The measures a run also has without a cut-off (``retrieval_tables``).
+UNCUT_RUN_MEASURES = ("AP", "RR")
 HEADLINE = ("Success@5", "R@5", "RR@5", "nDCG@10")
+
+
+def is_run_measure(label: str) -> bool:
+    """Whether ``label`` is a ``retrieval_metrics`` measure some run can have: a measure of
+    ``RUN_MEASURES`` or ``Stale`` at a cut-off of at least 1 (the run's ``cutoffs``), or one of
+    ``UNCUT_RUN_MEASURES`` without one."""
+    match = MEASURE_NAME.match(label)
+    if not match:
+        return False
+    if match["k"] is None:
+        return match["name"] in UNCUT_RUN_MEASURES
+    return match["name"] in (*RUN_MEASURES, *PIPELINE_MEASURES) and int(match["k"]) >= 1
+
+
+def run_measure_names() -> str:
+    """The measures of ``is_run_measure``, as an error message lists them."""
+    cut = [f"{name}@k" for name in (*RUN_MEASURES, *PIPELINE_MEASURES)]
+    return ", ".join([*cut, *UNCUT_RUN_MEASURES])
 
 
 def scoped_aggregate(
@@ -729,7 +749,7 @@ def retrieval_tables(
     ``score``.
     """
     ks = sorted(set(cutoffs))
-    measures = [f"{m}@{k}" for m in RUN_MEASURES for k in ks] + ["AP", "RR"]
+    measures = [f"{m}@{k}" for m in RUN_MEASURES for k in ks] + list(UNCUT_RUN_MEASURES)
     answerable = items.filter(pl.col("answerable"))
     # Ranked by the system's own ranks: the kernel orders by score descending, so it is given
     # minus the rank (ranks are distinct within an item, so nothing ties).

@@ -13,9 +13,16 @@ is not calibrated: it reports "judge not calibrated" instead. A gate whose metri
 without that stratum) is "not assessed", a warning rather than a failure. The
 ``no_significant_regression`` gate is evaluated by
 ``run_comparison`` against the baseline.
+
+The file is checked when it is read, before any step runs: each field of its type (``threshold``
+and ``alpha`` numbers, never a bool; ``needs_calibrated_judge`` true or false), and each gate's
+scope, scope value and metric one that some run's table holds (``CATALOGUE``), so a misspelt
+metric is refused rather than never enforced. Strata and languages are a golden set's own, so a
+``stratum`` or ``language`` scope value is not checked.
 """
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +30,10 @@ import polars as pl
 import yaml
 
 from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.judges.calibration import SOURCES
+from rag_eval_pipeline.lib.judges.estimates import RATES
+from rag_eval_pipeline.lib.judges.stability import UNSTABLE_RATE
+from rag_eval_pipeline.lib.metrics import generation, retrieval
 
 OPERATORS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b}
 STATISTICS = ("value", "ci_low", "ci_high")
@@ -40,6 +51,50 @@ MISSING = "metric missing"
 
 class GateFileError(ConfigError):
     """A gates file that cannot be used; the message names the file, the gate and the field."""
+
+
+@dataclass(frozen=True)
+class MetricScope:
+    """A scope of a metric table: the scope values it takes (``None``: the golden set's strata
+    or languages, known only once a run has its golden set) and whether it holds a metric."""
+
+    values: tuple[str, ...] | None
+    holds: Callable[[str], bool]
+    known: str
+
+
+def _one_of(names: Iterable[str]) -> tuple[Callable[[str], bool], str]:
+    names = tuple(names)
+    return names.__contains__, ", ".join(names)
+
+
+_RETRIEVAL = (retrieval.is_run_measure, retrieval.run_measure_names())
+_GENERATION = _one_of(generation.REGISTRY)
+_JUDGE_RATES = _one_of((*RATES, UNSTABLE_RATE))
+# What each metric table can hold, by scope: the rows ``retrieval.retrieval_tables``,
+# ``generation.generation_tables`` and ``judge_trust_estimates`` write. A gate naming anything
+# else would never find its row and never be enforced, so the file is refused instead.
+CATALOGUE: dict[str, dict[str, MetricScope]] = {
+    "retrieval_metrics": {
+        "overall": MetricScope(("answerable",), *_RETRIEVAL),
+        "stratum": MetricScope(None, *_RETRIEVAL),
+        "language": MetricScope(None, *_RETRIEVAL),
+    },
+    "generation_metrics": {
+        "overall": MetricScope(
+            ("answerable", "no_answer", "all_items"),
+            *_one_of((*generation.REGISTRY, *generation.SQUAD_MEASURES)),
+        ),
+        "stratum": MetricScope(None, *_GENERATION),
+        "language": MetricScope(None, *_GENERATION),
+        "guardrail": MetricScope(("all_items",), *_one_of(generation.GUARDRAIL_METRICS)),
+        "operations": MetricScope(("all_items",), *_one_of(generation.OPERATIONS)),
+    },
+    "judge_rate_estimates": {
+        "overall": MetricScope(("answerable", "all_judged"), *_JUDGE_RATES),
+        "source": MetricScope(SOURCES, *_JUDGE_RATES),
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -140,6 +195,7 @@ def _parse(path: Path) -> tuple[int, list[Gate], dict]:
         unknown = set(entry) - set(Gate.__dataclass_fields__)
         if unknown:
             raise GateFileError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        _check_types(entry, where)
         gate = Gate(**{"description": "", **entry})
         if gate.name != REGRESSION_GATE:
             if gate.table not in TABLES:
@@ -150,8 +206,49 @@ def _parse(path: Path) -> tuple[int, list[Gate], dict]:
                 raise GateFileError(f"{where}: 'statistic' must be one of {', '.join(STATISTICS)}")
             if gate.op not in OPERATORS:
                 raise GateFileError(f"{where}: 'op' must be >= or <=")
+            problem = metric_problem(gate.table, gate.scope, gate.scope_value, gate.metric)
+            if problem:
+                raise GateFileError(f"{where}: {problem}")
         gates.append(gate)
     return version, gates, document
+
+
+def _check_types(entry: dict, where: str) -> None:
+    """Each field of a gate of the type ``Gate`` gives it: YAML reads ``threshold: high`` as a
+    string and ``true`` as a bool (which Python would take for 1), ``"yes"`` as a string."""
+    for field, value in entry.items():
+        expected = Gate.__dataclass_fields__[field].type
+        if expected is float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise GateFileError(f"{where}: '{field}' must be a number, got {value!r}")
+        elif expected is bool:
+            if not isinstance(value, bool):
+                raise GateFileError(f"{where}: '{field}' must be true or false, got {value!r}")
+        elif not isinstance(value, str):
+            raise GateFileError(f"{where}: '{field}' must be text, got {value!r}")
+    alpha = entry.get("alpha", 0.05)
+    if not 0 < alpha < 1:
+        raise GateFileError(f"{where}: 'alpha' must be between 0 and 1, got {alpha!r}")
+
+
+def metric_problem(table: str, scope: str, scope_value: str, metric: str) -> str | None:
+    """What no run's ``table`` can hold of this row (``CATALOGUE``): its scope, its scope value
+    or its metric; ``None`` when some run can hold it."""
+    scopes = CATALOGUE[table]
+    known = scopes.get(scope)
+    if known is None:
+        return f"'scope' {scope!r} is not a scope of {table} (scopes: {', '.join(scopes)})"
+    if known.values is not None and scope_value not in known.values:
+        return (
+            f"'scope_value' {scope_value!r} is not a value of scope {scope} in {table} "
+            f"(values: {', '.join(known.values)})"
+        )
+    if not known.holds(metric):
+        return (
+            f"'metric' {metric!r} is not a metric of {table} in scope {scope} "
+            f"(metrics: {known.known})"
+        )
+    return None
 
 
 def describe(gate: Gate) -> str:

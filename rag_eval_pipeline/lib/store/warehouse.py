@@ -36,6 +36,27 @@ from rag_eval_pipeline.lib.store.sql import ArrowStream, query_frame, sql_query,
 from rag_eval_pipeline.lib.store.tables import SCOPE_COLUMNS, TABLES, VIEWS, conform
 
 LOCK_TIMEOUT_S = 1800.0
+# A DuckDB database file carries these bytes at offset 8 (its main header).
+DUCKDB_MAGIC = b"DUCK"
+DUCKDB_MAGIC_OFFSET = 8
+
+
+def location_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a warehouse file, or ``None``: the nearest folder of it that exists
+    must be a folder (not a file it would be written under), and a file already there must be a
+    DuckDB database (not, say, a YAML file the setting named by mistake)."""
+    if path.is_dir():
+        return "is a folder, not a DuckDB file"
+    if path.exists():
+        with path.open("rb") as opened:
+            header = opened.read(DUCKDB_MAGIC_OFFSET + len(DUCKDB_MAGIC))
+        if header[DUCKDB_MAGIC_OFFSET:] != DUCKDB_MAGIC:
+            return "exists and is not a DuckDB database"
+        return None
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{parent} is a file, not a folder"
+    return None
 
 
 def _config(path: Path) -> dict:
