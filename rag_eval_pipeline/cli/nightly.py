@@ -28,7 +28,6 @@ import yaml
 from rag_eval_pipeline.cli import project
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_files, check_suite_name
-from rag_eval_pipeline.lib.inputs.traces import TraceError
 from rag_eval_pipeline.lib.paths import project_path
 from rag_eval_pipeline.lib.runs.failures import failed_on_input, step_failure_lines
 from rag_eval_pipeline.lib.runs.record import (
@@ -117,6 +116,8 @@ def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
 def check_replayed_file(resources: dict, traces: str, source: str | None) -> None:
     """The replay's trace file (``RAG_EVAL_TRACES``, or the run file's
     ``resources.system.config.path``) is there."""
+    from rag_eval_pipeline.lib.inputs.traces import TraceError  # it loads Polars
+
     block = resources.get("system") if isinstance(resources, dict) else None
     config = block.get("config") if isinstance(block, dict) else None
     named = config.get("path") if isinstance(config, dict) else None
