@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -334,8 +335,38 @@ def test_a_service_on_another_corpus_state_fails_the_run_naming_both_digests(
     assert not result.success
     message = step_failure(result, "retrieval_run")
     snapshot_digest = load_snapshot(library / "2026-10-01").corpus_digest
-    assert other in message and snapshot_digest in message
+    assert f"serves corpus state {other} (no snapshot here)" in message
+    assert f"evaluates snapshot corpus {snapshot_digest} (snapshot 2026-10-01);" in message
     assert fault_service.bodies == []
+
+
+def test_a_service_on_another_snapshot_of_the_library_is_named_by_its_folder(
+    library, tmp_path, fault_service
+):
+    """The service still serves the library as an earlier snapshot froze it: the failure names
+    that snapshot's folder beside its digest, which a person acts on sooner."""
+    from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
+
+    later = library / "2026-10-10"
+    shutil.copytree(library / "2026-10-01", later, copy_function=shutil.copyfile)
+    (later / "manifest.json").unlink()
+    log = later / "documents" / "CLEAN-LOG-001@v1.md"
+    log.chmod(0o644)
+    log.write_text(log.read_text(encoding="utf-8").replace("12 months", "24 months"))
+    freeze_snapshot(later)
+    earlier = load_snapshot(library / "2026-10-01").corpus_digest
+    fault_service.health_corpus_digest = earlier  # the night (2026-10-15) takes 2026-10-10
+    system = HttpSystemResource(base_url=fault_service.url)
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, tmp_path / "warehouse.duckdb", system=system),
+        assets=fixture_assets(),
+    )
+    assert not result.success
+    message = step_failure(result, "retrieval_run")
+    assert f"serves corpus state {earlier} (snapshot 2026-10-01), but" in message
+    assert f"{load_snapshot(later).corpus_digest} (snapshot 2026-10-10);" in message
 
 
 def http_environment(library: Path, tmp_path: Path, service: FaultService) -> dict:

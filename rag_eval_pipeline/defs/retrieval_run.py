@@ -20,10 +20,12 @@ from rag_eval_pipeline.defs.resources import (
     WarehouseResource,
 )
 from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
+from rag_eval_pipeline.lib.inputs.corpus import snapshot_names
 from rag_eval_pipeline.lib.runs.lifecycle import begin_run, note_capture
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, EvalRunRecord, RunRequest, handed_on
 from rag_eval_pipeline.lib.systems.calls import SystemErrorBoundError, error_bound
 from rag_eval_pipeline.lib.systems.capture import merge_captures
+from rag_eval_pipeline.lib.systems.http import CorpusMismatch
 from rag_eval_pipeline.lib.systems.run import captured_traces, retrieval_results, system_calls
 
 ERROR_BOUND_CHECK = "system_errors_within_bound"
@@ -93,9 +95,11 @@ def retrieve_shard(
     context: dg.OpExecutionContext,
     shard: dict,
     system: SystemResource,
+    suites: SuiteRegistryResource,
     warehouse_db: WarehouseResource,
 ) -> dict:
-    """Top-k passages for the shard's golden questions, and what each call came to."""
+    """Top-k passages for the shard's golden questions, and what each call came to. A live
+    service on another corpus state fails the step naming the snapshot folder of each digest."""
     spec, record = spec_of(shard)
     store = warehouse_db.run_store()
     run_dir = store.run_dir(record.eval_run_id)
@@ -106,7 +110,11 @@ def retrieve_shard(
         cache=store.cache_dir("systems"),
     )
     run_id = pl.lit(record.eval_run_id).alias("eval_run_id")
-    results = retrieval_results(the_system, mine, passages, record.settings.retrieval_depth)
+    try:
+        results = retrieval_results(the_system, mine, passages, record.settings.retrieval_depth)
+    except CorpusMismatch as error:
+        folders = snapshot_names(suites.suite(record.suite).corpus_root)
+        raise error.naming_snapshots(folders) from None
     store.write_table(run_dir, "retrieval_results", results.with_columns(run_id), spec.part)
     calls = system_calls(the_system, mine).with_columns(run_id)
     store.write_table(run_dir, "system_calls", calls, spec.part)

@@ -1811,6 +1811,11 @@ def find_snapshot(corpus_root: Path | str, corpus_digest: str) -> Path | None:
     )
 
 
+def snapshot_names(corpus_root: Path | str) -> dict[str, str]:
+    """``corpus digest -> snapshot folder name`` of the frozen snapshots of ``corpus_root``."""
+    return {frozen: folder.name for folder, frozen in _frozen_snapshots(corpus_root)}
+
+
 def frozen_digests(corpus_root: Path | str) -> set[str]:
     """The corpus digests the snapshots under ``corpus_root`` were frozen with (an unreadable
     manifest is left out)."""

@@ -116,6 +116,30 @@ class ServiceError(RagEvalError):
     state. Messages name the URL and the key's variable, never the key."""
 
 
+class CorpusMismatch(ServiceError):
+    """The service serves another corpus state than the snapshot being evaluated."""
+
+    def __init__(self, message: str, served: str, evaluated: str):
+        super().__init__(message)
+        self.served = served
+        self.evaluated = evaluated
+
+    def __reduce__(self):
+        return (CorpusMismatch, (str(self), self.served, self.evaluated))
+
+    def naming_snapshots(self, names: dict[str, str]) -> "CorpusMismatch":
+        """The same error with the snapshot folder of each digest that has one (``names``:
+        digest -> folder), which a person acts on sooner than on two digests."""
+
+        def named(digest: str) -> str:
+            folder = names.get(digest)
+            return f"{digest} (snapshot {folder})" if folder else f"{digest} (no snapshot here)"
+
+        message = str(self).replace(self.served, named(self.served), 1)
+        message = message.replace(self.evaluated, named(self.evaluated), 1)
+        return CorpusMismatch(message, self.served, self.evaluated)
+
+
 class RunStopped(RagEvalError):
     """The live pass was stopped (SIGTERM) before every item was asked."""
 
@@ -290,11 +314,13 @@ class HttpSystem:
         )
         if health.corpus_digest != self.corpus_digest:
             if not self.allow_corpus_mismatch:
-                raise ServiceError(
+                raise CorpusMismatch(
                     f"{self.base_url}/health: the service serves corpus state "
                     f"{health.corpus_digest}, but this run evaluates snapshot corpus "
                     f"{self.corpus_digest}; point the service at that snapshot, or allow the "
-                    "mismatch (allow_corpus_mismatch, recorded in eval_runs.system_config)"
+                    "mismatch (allow_corpus_mismatch, recorded in eval_runs.system_config)",
+                    health.corpus_digest,
+                    self.corpus_digest,
                 )
             log.warning(
                 "%s serves corpus %s, the snapshot is %s: mismatch allowed and recorded",
