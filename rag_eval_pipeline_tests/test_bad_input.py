@@ -583,3 +583,27 @@ def test_nightly_refuses_a_missing_replay_file_or_suite_file_before_anything_run
         f"error: {suite_file}: human_labels {missing} does not exist"
     )
     assert "nightly_eval:" not in labels.stderr
+
+
+def test_a_warehouse_path_that_is_no_duckdb_file_stops_a_run_before_its_steps(library, tmp_path):
+    """A run the daemon or the UI starts (no command line to check it first) with a warehouse
+    path naming a YAML file: its resources refuse it, naming it, before any step runs (with an
+    executor of a process per step, the first step fails so); the file is untouched."""
+    from rag_eval_pipeline.defs.resources import WarehouseResource
+    from rag_eval_pipeline.testing import materialize_suite
+
+    from .conftest import SUITE, fixture_assets, fixture_resources
+
+    wrong = tmp_path / "suite.yaml"
+    wrong.write_text("golden_set: g.jsonl\n", encoding="utf-8")
+    resources = {
+        **fixture_resources(library, tmp_path / "w.duckdb"),
+        "warehouse_db": WarehouseResource(path=str(wrong), store=str(tmp_path / "store")),
+    }
+    result = materialize_suite("2026-10-15", SUITE, resources, assets=fixture_assets())
+    assert not result.success
+    assert not [event for event in result.all_events if event.is_step_start]
+    [failure] = [e for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
+    said = failure.event_specific_data.error.message
+    assert f"warehouse {wrong}: exists and is not a DuckDB database" in said
+    assert wrong.read_text(encoding="utf-8") == "golden_set: g.jsonl\n"

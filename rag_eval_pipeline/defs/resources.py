@@ -29,7 +29,7 @@ from rag_eval_pipeline.lib.runs.lifecycle import abandon_run, publishing
 from rag_eval_pipeline.lib.runs.record import RunSettings
 from rag_eval_pipeline.lib.runs.shards import check_shards
 from rag_eval_pipeline.lib.store.run_store import RunStore
-from rag_eval_pipeline.lib.store.warehouse import Warehouse
+from rag_eval_pipeline.lib.store.warehouse import Warehouse, location_problem
 from rag_eval_pipeline.lib.systems.calls import DEFAULT_MAX_ERROR_SHARE
 from rag_eval_pipeline.lib.systems.protocol import SystemUnderTest
 from rag_eval_pipeline.lib.systems.reference import ReferenceConfig, ReferenceSystem
@@ -95,6 +95,15 @@ class WarehouseResource(dg.ConfigurableResource):
 
     path: str = "warehouse/rag_eval.duckdb"
     store: str = ""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Refuse a path where no warehouse can be (a folder, a file that is no DuckDB
+        database, a path under a file) when the step starts, not when the night publishes: the
+        daemon's and the UI's runs too, which the command line's check does not see."""
+        path = project_path(self.path)
+        problem = location_problem(path)
+        if problem:
+            raise ConfigError(f"warehouse {path}: {problem}")
 
     def warehouse(self) -> Warehouse:
         return Warehouse(project_path(self.path))
