@@ -320,12 +320,9 @@ def test_under_the_bound_a_failed_item_is_in_no_rate(library, tmp_path, fault_se
     assert "system errors                1 of 6 (16.7%)" in summary
 
 
-def test_a_service_on_another_corpus_state_fails_the_run_naming_both_digests(
-    library, tmp_path, fault_service
-):
-    other = "f" * 64
-    fault_service.health_corpus_digest = other
-    system = HttpSystemResource(base_url=fault_service.url)
+def refused_night(library: Path, tmp_path: Path, service: FaultService) -> str:
+    """The fixture night against ``service``, which must fail in its retrieval step: why."""
+    system = HttpSystemResource(base_url=service.url)
     result = materialize_suite(
         NIGHT,
         SUITE,
@@ -333,7 +330,15 @@ def test_a_service_on_another_corpus_state_fails_the_run_naming_both_digests(
         assets=fixture_assets(),
     )
     assert not result.success
-    message = step_failure(result, "retrieval_run")
+    return step_failure(result, "retrieval_run")
+
+
+def test_a_service_on_another_corpus_state_fails_the_run_naming_both_digests(
+    library, tmp_path, fault_service
+):
+    other = "f" * 64
+    fault_service.health_corpus_digest = other
+    message = refused_night(library, tmp_path, fault_service)
     snapshot_digest = load_snapshot(library / "2026-10-01").corpus_digest
     assert f"serves corpus state {other} (no snapshot here)" in message
     assert f"evaluates snapshot corpus {snapshot_digest} (snapshot 2026-10-01);" in message
@@ -356,15 +361,7 @@ def test_a_service_on_another_snapshot_of_the_library_is_named_by_its_folder(
     freeze_snapshot(later)
     earlier = load_snapshot(library / "2026-10-01").corpus_digest
     fault_service.health_corpus_digest = earlier  # the night (2026-10-15) takes 2026-10-10
-    system = HttpSystemResource(base_url=fault_service.url)
-    result = materialize_suite(
-        NIGHT,
-        SUITE,
-        fixture_resources(library, tmp_path / "warehouse.duckdb", system=system),
-        assets=fixture_assets(),
-    )
-    assert not result.success
-    message = step_failure(result, "retrieval_run")
+    message = refused_night(library, tmp_path, fault_service)
     assert f"serves corpus state {earlier} (snapshot 2026-10-01), but" in message
     assert f"{load_snapshot(later).corpus_digest} (snapshot 2026-10-10);" in message
 
