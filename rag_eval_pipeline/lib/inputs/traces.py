@@ -78,6 +78,21 @@ def trace_location(path: Path | str, number: int) -> str:
     return f"{path}:{number}"
 
 
+def refuse_other_corpus_states(
+    traces: pl.DataFrame, path: Path | str, other: pl.Expr, why: str, then: str
+) -> None:
+    """A ``TraceError`` when traces (``load_traces``' rows, ``line`` included) of ``path`` match
+    ``other`` (a filter on their ``corpus_digest``): it names the first one's line and corpus
+    state, ``why`` it cannot be used, and ``then`` (advice, with ``{count}`` the count)."""
+    found = traces.filter(other)
+    if found.height:
+        first = found.row(0, named=True)
+        raise TraceError(
+            f"{trace_location(path, first['line'])}: trace recorded on corpus state "
+            f"{first['corpus_digest']}, {why} ({then.format(count=found.height)})"
+        )
+
+
 def _is_text(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
 

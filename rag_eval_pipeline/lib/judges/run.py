@@ -21,7 +21,7 @@ from typing import NamedTuple
 import polars as pl
 
 from rag_eval_pipeline.lib.inputs.suites import Suite, check_suite_files
-from rag_eval_pipeline.lib.inputs.traces import TraceError, load_traces, trace_location
+from rag_eval_pipeline.lib.inputs.traces import load_traces, refuse_other_corpus_states
 from rag_eval_pipeline.lib.judges.calibration import load_human_labels
 from rag_eval_pipeline.lib.judges.protocol import ENTAILED, JUDGE_ERROR, Claim, Context, Judge
 from rag_eval_pipeline.lib.judges.sampling import stratified_sample
@@ -56,15 +56,14 @@ def check_trace_store(production: pl.DataFrame, path: Path, known_digests: set[s
     (``known_digests``: the suite's frozen snapshots and the states already staged), as each is
     judged against its own context's passages: else a ``TraceError`` naming the first other
     trace's line, its digest and how many there are."""
-    unknown = production.filter(~pl.col("corpus_digest").is_in(sorted(known_digests)))
-    if unknown.height:
-        first = unknown.row(0, named=True)
-        raise TraceError(
-            f"{trace_location(path, first['line'])}: trace recorded on corpus state "
-            f"{first['corpus_digest']}, which is no snapshot of the suite's corpus root: its "
-            "context cannot be judged (freeze that state under the corpus root, or leave the "
-            f"trace out of the trace store; {unknown.height} such trace(s) in all)"
-        )
+    refuse_other_corpus_states(
+        production,
+        path,
+        ~pl.col("corpus_digest").is_in(sorted(known_digests)),
+        "which is no snapshot of the suite's corpus root: its context cannot be judged",
+        "freeze that state under the corpus root, or leave the trace out of the trace store; "
+        "{count} such trace(s) in all",
+    )
 
 
 def check_judge_inputs(suite: Suite, is_known: Callable[[str], bool]) -> None:

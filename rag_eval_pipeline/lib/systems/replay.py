@@ -13,6 +13,7 @@ import polars as pl
 from rag_eval_pipeline.lib.inputs.traces import (
     TraceError,
     load_traces,
+    refuse_other_corpus_states,
     trace_file_digest,
     trace_location,
 )
@@ -103,14 +104,13 @@ class ReplaySystem:
     def check_corpus(self, corpus_digest: str) -> None:
         """Every trace was recorded on the corpus state ``corpus_digest`` (else a ``TraceError``
         naming the first other trace's line, its digest and how many there are)."""
-        other = self.traces.filter(pl.col("corpus_digest") != corpus_digest)
-        if other.height:
-            first = other.row(0, named=True)
-            raise TraceError(
-                f"{trace_location(self.path, first['line'])}: trace recorded on corpus state "
-                f"{first['corpus_digest']}, not on the snapshot being evaluated "
-                f"({corpus_digest}; {other.height} trace(s) from another corpus state in all)"
-            )
+        refuse_other_corpus_states(
+            self.traces,
+            self.path,
+            pl.col("corpus_digest") != corpus_digest,
+            "not on the snapshot being evaluated",
+            corpus_digest + "; {count} trace(s) from another corpus state in all",
+        )
 
     def check_golden(self, golden_items: pl.DataFrame, source: str) -> None:
         """Every trace naming an ``item_id`` answers an item of the golden set (``golden_items``:
