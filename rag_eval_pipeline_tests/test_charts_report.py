@@ -330,6 +330,52 @@ def test_the_html_report_is_self_contained_and_complete(report_data, rendered, r
         assert stratum in page[no_answer:]
     assert "answer correct" in page and "context insufficient" in page
     assert "Recommended evidence threshold" in page
+    chosen = report_data["headline"]["recommended_threshold"]
+    # The bundled golden set: 190 answerable items and 76 no-answer items.
+    assert (chosen["unanswerable_items"], chosen["answerable_items"]) == (76, 190)
+    assert f"{chosen['unanswerable_answered']} of 76 unanswerable answered" in page
+    assert "Chosen on this run&#x27;s own items, so its counts are optimistic" in page
+
+
+def test_the_recommended_threshold_says_what_it_cannot_be_trusted_for():
+    from rag_eval_pipeline.lib.reporting.summary import sweep_lines
+
+    row = {"threshold": 0.4, "unanswerable_answered": 3, "answerable_refused": 20}
+    lines = sweep_lines({**row, "unanswerable_items": 76, "answerable_items": 190})
+    assert lines[0] == (
+        "Abstention sweep: recommended evidence threshold 0.400 "
+        "(3 of 76 unanswerable answered, 20 of 190 answerable refused)"
+    )
+    # Wilson upper bound of 3 in 76, by hand: centre 0.06163, half-width 0.04812 -> 11.0%.
+    assert lines[1] == (
+        "  chosen on this run's own items, so its counts are optimistic: at it 3.9% of "
+        "unanswerable questions are answered here, 95% CI up to 11.0% on 76 items; confirm it "
+        "on items it was not chosen on before setting it"
+    )
+    assert len(lines) == 2
+    # 5% of 76 allows 3; a threshold answering 4 is the least bad, not a safe one.
+    over = sweep_lines(
+        {**row, "unanswerable_answered": 4, "unanswerable_items": 76, "answerable_items": 190}
+    )
+    assert (
+        "no threshold keeps unanswerable questions answered within 5% (at most 3 of 76)"
+        in (over[1])
+    )
+    # 19 no-answer items allow none (floor(0.95)).
+    assert (
+        "(at most 0 of 19)"
+        in sweep_lines(
+            {**row, "unanswerable_answered": 1, "unanswerable_items": 19, "answerable_items": 5}
+        )[1]
+    )
+    none = sweep_lines(
+        {**row, "unanswerable_answered": 0, "unanswerable_items": 0, "answerable_items": 190}
+    )
+    assert none[1].startswith("  no no-answer items in this golden set: nothing bounds")
+    assert sweep_lines(row) == [
+        "Abstention sweep: recommended evidence threshold 0.400 "
+        "(3 unanswerable answered, 20 answerable refused)"
+    ]
 
 
 def test_the_html_report_escapes_text(report_data, rendered, tmp_path):

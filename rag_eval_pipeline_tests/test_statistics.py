@@ -11,7 +11,11 @@ import pytest
 from statsmodels.stats.proportion import proportion_confint
 
 from rag_eval_pipeline.lib.metrics.retrieval import aggregate, per_query
-from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, wilson_interval
+from rag_eval_pipeline.lib.metrics.statistics import (
+    bootstrap_mean_interval,
+    mean_interval_method,
+    wilson_interval,
+)
 
 
 def seed_run() -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -67,3 +71,55 @@ def test_aggregate_gives_wilson_to_proportions_and_bootstrap_to_means():
     )
     no_intervals = aggregate(values, intervals=False)
     assert no_intervals["ci_low"].is_null().all() and no_intervals["ci_high"].is_null().all()
+
+
+def test_a_mean_of_items_all_at_one_bound_gets_the_wilson_interval_of_its_items():
+    # 184 perfect items: a bootstrap of them can only give 1.0, which would read as a rate
+    # known exactly; the Wilson interval of 184 successes in 184 is what they show.
+    for n in (1, 3, 184):
+        for bound in (0.0, 1.0):
+            values = np.full(n, bound)
+            reference = proportion_confint(round(bound * n), n, alpha=0.05, method="wilson")
+            low, high = bootstrap_mean_interval(values, seed=7)
+            assert (low, high) == pytest.approx(reference, abs=1e-12)
+            assert low <= bound <= high and high - low > 0.01
+            assert mean_interval_method(values) == "wilson95"
+    # By hand: with p = 1 the Wilson lower bound is n / (n + z^2) = 184 / 187.8415 = 0.97955.
+    assert bootstrap_mean_interval(np.ones(184))[0] == pytest.approx(184 / (184 + 1.959964**2))
+    assert round(bootstrap_mean_interval(np.ones(184))[0], 5) == 0.97955
+    low, high = bootstrap_mean_interval(np.ones(40), level=0.9)
+    assert (low, high) == pytest.approx(
+        proportion_confint(40, 40, alpha=0.1, method="wilson"), abs=1e-12
+    )
+    # Anything else is bootstrapped as before: one value inside (0, 1), a mix with one item off
+    # the bound.
+    for values in ([0.25], [0.5] * 10, [1.0] * 99 + [0.5], [0.0, 1.0]):
+        assert mean_interval_method(np.array(values)) == "bootstrap95"
+    assert bootstrap_mean_interval(np.array([1.0] * 99 + [0.5]), seed=7)[1] == 1.0
+    assert mean_interval_method(np.ones(3), "judge_only_bootstrap95", "judge_only_wilson95") == (
+        "judge_only_wilson95"
+    )
+
+
+def test_aggregate_names_the_interval_each_row_carries():
+    run = pl.DataFrame(
+        {"query_id": [f"q{i}" for i in range(20)], "doc_id": ["d"] * 20, "score": [1.0] * 20}
+    )
+    # Half the queries find their one gold passage at rank 1, half find nothing relevant.
+    qrels = run.select("query_id", "doc_id", pl.Series("grade", [3] * 10 + [0] * 10)).vstack(
+        pl.DataFrame(
+            {"query_id": [f"q{i}" for i in range(10, 20)], "doc_id": ["x"] * 10, "grade": [3] * 10}
+        )
+    )
+    values = per_query(run, qrels, ["Success@5", "RR", "nDCG@5"])
+    perfect = values.filter(pl.col("query_id").is_in([f"q{i}" for i in range(10)]))
+    rows = {r["measure"]: r for r in aggregate(perfect).iter_rows(named=True)}
+    assert {m: r["interval_method"] for m, r in rows.items()} == {
+        "Success": "wilson95",
+        "RR": "wilson95",
+        "nDCG": "wilson95",
+    }
+    assert (rows["RR"]["ci_low"], rows["RR"]["ci_high"]) == wilson_interval(10, 10)
+    rows = {r["measure"]: r for r in aggregate(values).iter_rows(named=True)}
+    assert rows["RR"]["interval_method"] == "bootstrap95" and rows["RR"]["value"] == 0.5
+    assert aggregate(values, intervals=False)["interval_method"].is_null().all()

@@ -13,8 +13,15 @@ SELECT context_sufficient, answer_correct, count FROM sufficiency_correctness
 WHERE eval_run_id = $run ORDER BY context_sufficient DESC, answer_correct DESC
 
 -- name: recommended_threshold
-SELECT threshold, unanswerable_answered, answerable_refused FROM abstention_sweep
-WHERE eval_run_id = $run AND recommended
+-- The recommended threshold with the items it was chosen on: the run's own, so its counts are
+-- in-sample (lib/reporting/summary.py sweep_lines says so).
+SELECT s.threshold, s.unanswerable_answered, s.answerable_refused,
+       count(g.item_id) FILTER (WHERE NOT g.answerable) AS unanswerable_items,
+       count(g.item_id) FILTER (WHERE g.answerable) AS answerable_items
+FROM abstention_sweep s
+LEFT JOIN generation_item_metrics g ON g.eval_run_id = s.eval_run_id
+WHERE s.eval_run_id = $run AND s.recommended
+GROUP BY s.threshold, s.unanswerable_answered, s.answerable_refused
 
 -- name: calibration
 SELECT judge_id, n, agreement, kappa, calibrated, reason FROM judge_calibration

@@ -40,7 +40,7 @@ from rag_eval_pipeline.lib.metrics.claim_diagnostics import (
     aggregate_claim_diagnostics,
     claim_diagnostics,
 )
-from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval
+from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, mean_interval_method
 from rag_eval_pipeline.lib.store.tables import row_schema
 
 ANSWER_CLAIM = "answer_claim"
@@ -281,8 +281,8 @@ def aggregate_rows(
         subset = per_item.filter(pl.col("item_id").str.starts_with(prefix))
         means = aggregate_claim_diagnostics(subset)
         for metric, mean, n_items, left_out in means.rows():
-            values = subset.get_column(metric).drop_nulls().to_numpy()
-            low, high = bootstrap_mean_interval(np.asarray(values, dtype=float), seed=seed)
+            values = np.asarray(subset.get_column(metric).drop_nulls().to_numpy(), dtype=float)
+            low, high = bootstrap_mean_interval(values, seed=seed)
             rows.append(
                 {
                     "scope": "source",
@@ -293,7 +293,7 @@ def aggregate_rows(
                     "ci_high": high,
                     "n_items": n_items,
                     "n_items_left_out": left_out,
-                    "interval_method": "bootstrap95",
+                    "interval_method": mean_interval_method(values),
                 }
             )
         considered = sum(1 for item in chosen if item.source == source)

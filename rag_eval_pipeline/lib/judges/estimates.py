@@ -53,7 +53,7 @@ from rag_eval_pipeline.lib.judges import ppi
 from rag_eval_pipeline.lib.judges.calibration import matched_labels
 from rag_eval_pipeline.lib.judges.protocol import CONTRADICTED, ENTAILED, UNSUPPORTED, VERDICTS
 from rag_eval_pipeline.lib.judges.stability import stability_rows
-from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval
+from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, mean_interval_method
 from rag_eval_pipeline.lib.store.tables import row_schema
 
 JUDGE_ONLY = "judge_only"
@@ -159,7 +159,7 @@ def rate_estimates(units: Units, metric: str, *, seed: int, resamples: int) -> l
             high,
             0,
             int(values.size),
-            "judge_only_bootstrap95",
+            mean_interval_method(values, "judge_only_bootstrap95", "judge_only_wilson95"),
             None,
             None if values.size else "no judged items",
         )

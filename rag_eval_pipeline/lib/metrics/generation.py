@@ -56,7 +56,11 @@ from rag_eval_pipeline.lib.judges.protocol import (
     UNSUPPORTED,
     VERDICTS,
 )
-from rag_eval_pipeline.lib.metrics.statistics import bootstrap_mean_interval, wilson_interval
+from rag_eval_pipeline.lib.metrics.statistics import (
+    bootstrap_mean_interval,
+    mean_interval_method,
+    wilson_interval,
+)
 from rag_eval_pipeline.lib.systems import guardrails
 from rag_eval_pipeline.lib.systems.calls import OK, SYSTEM_ERROR, is_system_error
 
@@ -235,7 +239,7 @@ def _mean(metric: str, values: np.ndarray, seed: int) -> dict:
         "ci_low": low,
         "ci_high": high,
         "n": int(values.size),
-        "interval_method": "bootstrap95",
+        "interval_method": mean_interval_method(values),
     }
 
 
@@ -528,11 +532,21 @@ def sufficiency_table(outcomes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# The recommendation's cap on unanswerable questions answered (the confident-wrong target).
+MAX_UNANSWERABLE_ANSWERED_RATE = 0.05
+
+
+def allowed_unanswerable_answered(unanswerable_items: int, rate: float) -> int:
+    """The most unanswerable questions a recommended threshold may answer: ``floor(rate * n)``
+    (zero on fewer than 20 unanswerable items at 5%)."""
+    return math.floor(rate * unanswerable_items)
+
+
 def abstention_sweep(
     best_scores: pl.DataFrame,
     thresholds: Sequence[float],
     *,
-    max_unanswerable_answered_rate: float = 0.05,
+    max_unanswerable_answered_rate: float = MAX_UNANSWERABLE_ANSWERED_RATE,
 ) -> tuple[pl.DataFrame, float | None]:
     """Both error counts of the evidence threshold at each candidate threshold.
 
@@ -577,7 +591,9 @@ def abstention_sweep(
     )
     if not sweep.height:
         return sweep.with_columns(recommended=pl.lit(False)), None
-    allowed = math.floor(max_unanswerable_answered_rate * int((~frame["answerable"]).sum()))
+    allowed = allowed_unanswerable_answered(
+        int((~frame["answerable"]).sum()), max_unanswerable_answered_rate
+    )
     eligible = sweep.filter(pl.col("unanswerable_answered") <= allowed)
     if eligible.height:
         best = eligible.sort("answerable_refused", "threshold").row(0, named=True)

@@ -602,9 +602,12 @@ def aggregate(
     """Mean of each measure over queries, with ``ci_low``, ``ci_high`` and ``n``.
 
     Proportions (Success) get the Wilson 95% interval; means get a seeded percentile bootstrap
-    (the resampled items drawn once per group size, ``bootstrap_mean_intervals``). Every interval
-    contains its value (``clamp_interval``), so a perfect or a zero score never has a bound on
-    the wrong side of it.
+    (the resampled items drawn once per group size, ``bootstrap_mean_intervals``), except a mean
+    whose every query scored 1.0 (or every one 0.0), which gets the Wilson interval of its n
+    queries, as a bootstrap of them has zero width; ``interval_method`` says which
+    (``wilson95`` or ``bootstrap95``; null without intervals). Every interval contains its
+    value (``clamp_interval``), so a perfect or a zero score never has a bound on the wrong side
+    of it.
     """
     group_keys = [*by, "measure", "k"]
     summary = (
@@ -621,6 +624,7 @@ def aggregate(
             pl.lit(None, dtype=pl.Float64).alias("ci_low"),
             pl.lit(None, dtype=pl.Float64).alias("ci_high"),
             pl.col("n").cast(pl.Int64),
+            pl.lit(None, dtype=pl.String).alias("interval_method"),
         )
     # NumPy (through the intervals) is imported only when intervals are asked for: scoring a run
     # file without them (``rag-eval evaluate-run``) starts faster without it.
@@ -629,6 +633,7 @@ def aggregate(
     from rag_eval_pipeline.lib.metrics.statistics import (
         bootstrap_mean_intervals,
         clamp_interval,
+        mean_interval_method,
         wilson_interval,
     )
 
@@ -645,17 +650,20 @@ def aggregate(
             resamples=resamples,
         )
     )
-    bounds = []
+    bounds, methods = [], []
     for (_, value, n, group), kind in zip(rows, kinds, strict=True):
         if kind == PROPORTION:
             low, high = wilson_interval(round(sum(group)), n)
+            methods.append("wilson95")
         else:
             low, high = next(means)
+            methods.append(mean_interval_method(np.asarray(group, dtype=np.float64)))
         bounds.append(clamp_interval(value, low, high))
     return summary.drop("values").with_columns(
         pl.Series("ci_low", [low for low, _ in bounds], dtype=pl.Float64),
         pl.Series("ci_high", [high for _, high in bounds], dtype=pl.Float64),
         pl.col("n").cast(pl.Int64),
+        pl.Series("interval_method", methods, dtype=pl.String),
     )
 
 
@@ -769,9 +777,6 @@ def retrieval_tables(
         measure=pl.when(pl.col("k").is_null())
         .then(pl.col("measure"))
         .otherwise(pl.format("{}@{}", "measure", "k")),
-        interval_method=pl.when(pl.col("measure").is_in(["Success", "Stale"]))
-        .then(pl.lit("wilson95"))
-        .otherwise(pl.lit("bootstrap95")),
     )
     item_metrics = per_item.rename({"query_id": "item_id"})
     return item_metrics, table, excluded_queries(qrels, rel_level=rel_level)

@@ -2,7 +2,9 @@
 
 - Wilson score interval for a proportion (z = 1.96 for 95%): the seed figure 38/200 gives
   0.1417 to 0.2500.
-- Percentile bootstrap for a mean, seeded, resampling items with replacement.
+- Percentile bootstrap for a mean, seeded, resampling items with replacement; a mean whose
+  items all sit on a bound of [0, 1] (every value 1.0, or every value 0.0) instead gets the
+  Wilson interval of its n items (``mean_interval_method``).
 
 Every interval contains its point estimate: floating point can put a bound a hair on the wrong
 side of it (a proportion of 1.0 has a Wilson upper bound of 0.9999999999999999), so bounds are
@@ -11,6 +13,7 @@ clamped to the value, and a perfect, a zero or a single-item score gives a prope
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 
@@ -55,12 +58,39 @@ def resampled_means(values: np.ndarray, *, seed: int, resamples: int) -> np.ndar
     return means
 
 
+def boundary_value(values: np.ndarray) -> float | None:
+    """1.0 or 0.0 when every one of ``values`` (at least one) is exactly that bound, else None.
+
+    Resampling such items can only give that value again, so a percentile bootstrap of them is
+    the zero-width interval [1, 1] (or [0, 0]) however few they are: 184 perfect items would
+    read as a rate known exactly. Their Wilson interval (all n items successes, or none) is the
+    honest one, and a valid one for a mean of values in [0, 1]: the mean is at least the share
+    of items at 1.0 (at most one minus the share at 0.0), which the Wilson bound covers."""
+    if values.size == 0:
+        return None
+    first = float(values[0])
+    if first not in (0.0, 1.0) or not bool(np.all(values == first)):
+        return None
+    return first
+
+
+def mean_interval_method(
+    values: np.ndarray, bootstrap: str = "bootstrap95", wilson: str = "wilson95"
+) -> str:
+    """The ``interval_method`` of ``bootstrap_mean_interval(values)``: ``wilson`` for items all
+    at 1.0 or all at 0.0 (``boundary_value``), else ``bootstrap`` (the caller's names)."""
+    return wilson if boundary_value(np.asarray(values, dtype=np.float64)) is not None else bootstrap
+
+
 def bootstrap_mean_interval(
     values: np.ndarray, *, seed: int = 20261001, resamples: int = 1000, level: float = 0.95
 ) -> tuple[float | None, float | None]:
     """Percentile bootstrap interval of the mean (items resampled with replacement).
 
-    ``(None, None)`` when there are no values; a single value gives a zero-width interval.
+    ``(None, None)`` when there are no values. Items all at 1.0 or all at 0.0 get the Wilson
+    interval of n successes (or none) in n (``boundary_value``: a bootstrap of them has zero
+    width); any other single value, or values all equal to one inside (0, 1), still give a
+    zero-width interval, as nothing bounds their spread.
     """
     return bootstrap_mean_intervals([values], seed=seed, resamples=resamples, level=level)[0]
 
@@ -76,6 +106,7 @@ def bootstrap_mean_intervals(
     group size: the draws depend only on the seed and the size, so every interval is exactly the
     one computed alone, and many measures over the same items cost one set of draws."""
     alpha = (1 - level) / 2
+    z = Z95 if level == 0.95 else NormalDist().inv_cdf(1 - alpha)
     draws: dict[int, list[np.ndarray]] = {}
     intervals: list[tuple[float | None, float | None]] = []
     for group in groups:
@@ -83,6 +114,10 @@ def bootstrap_mean_intervals(
         n = values.size
         if n == 0:
             intervals.append((None, None))
+            continue
+        bound = boundary_value(values)
+        if bound is not None:
+            intervals.append(wilson_interval(round(bound * n), n, z))
             continue
         blocks = draws.get(n) or _draws(n, seed=seed, resamples=resamples)
         if n * resamples <= MAX_SHARED_DRAWS:

@@ -32,6 +32,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     gates_heading,
     headline_from_tables,
     operations_lines,
+    sweep_lines,
     system_version,
 )
 from rag_eval_pipeline.lib.runs.record import measures_of
@@ -354,7 +355,14 @@ def _sufficiency_html(data: Mapping) -> str:
 def _sweep_html(data: Mapping, png: bytes) -> str:
     sweep = data["abstention_sweep"]
     recommended = [row for row in sweep if row["recommended"]]
-    if recommended:
+    chosen = data["headline"].get("recommended_threshold")
+    caveats: list[str] = []
+    if recommended and chosen:
+        # The summary's lines: the threshold with its counts, then what it cannot be trusted for.
+        first, *caveats = sweep_lines(chosen)
+        sentence = first.removeprefix("Abstention sweep: recommended").strip()
+        sentence = f"Recommended {sentence}."
+    elif recommended:
         row = recommended[0]
         sentence = (
             f"Recommended evidence threshold {row['threshold']:.3f}: "
@@ -375,10 +383,15 @@ def _sweep_html(data: Mapping, png: bytes) -> str:
             for r in sweep
         ],
     )
+    notes = "".join(
+        f'<p class="caveat">{html.escape(line.strip()[0].upper() + line.strip()[1:])}.</p>'
+        for line in caveats
+    )
     return (
         "<h2>Abstention sweep</h2>"
         + _figure_html("abstention_sweep", png)
         + f"<p>{html.escape(sentence)}</p>"
+        + notes
         + f"<details><summary>Every threshold ({len(sweep)})</summary>{table}</details>"
     )
 

@@ -236,12 +236,7 @@ def format_summary(
     ]
     threshold = headline.get("recommended_threshold")
     if threshold:
-        lines += [
-            "",
-            f"Abstention sweep: recommended evidence threshold {threshold['threshold']:.3f} "
-            f"({threshold['unanswerable_answered']} unanswerable answered, "
-            f"{threshold['answerable_refused']} answerable refused)",
-        ]
+        lines += ["", *sweep_lines(threshold)]
     lines += gate_lines(headline.get("gates"), finished)
     calibration = headline.get("judge_calibration")
     if headline.get("judge_trust"):
@@ -293,3 +288,56 @@ def gate_lines(gates: list[dict] | None, finished: bool = True) -> list[str]:
 def summary_markdown(headline: dict) -> str:
     """The same summary as markdown for the asset page in the UI."""
     return "```\n" + format_summary(headline) + "\n```"
+
+
+def sweep_lines(threshold: Mapping) -> list[str]:
+    """The recommended evidence threshold (``recommended_threshold`` of ``headline_from_tables``)
+    with what it can and cannot be trusted for: it was chosen on the run's own items, so its
+    counts are in-sample (the Wilson upper bound of its unanswerable-answered share says how
+    far they may be off); it may not have met the cap at all; without no-answer items nothing
+    bounds what it lets through. A row without the item counts (a warehouse written before they
+    were kept) gives the first line alone."""
+    # Imported here: the summary module serves commands that never print a sweep.
+    from rag_eval_pipeline.lib.metrics.generation import (
+        MAX_UNANSWERABLE_ANSWERED_RATE,
+        allowed_unanswerable_answered,
+    )
+    from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
+
+    answered, refused = threshold["unanswerable_answered"], threshold["answerable_refused"]
+    unanswerable, answerable = (
+        threshold.get("unanswerable_items"),
+        threshold.get("answerable_items"),
+    )
+    if unanswerable is None or answerable is None:
+        return [
+            f"Abstention sweep: recommended evidence threshold {threshold['threshold']:.3f} "
+            f"({answered} unanswerable answered, {refused} answerable refused)"
+        ]
+    lines = [
+        f"Abstention sweep: recommended evidence threshold {threshold['threshold']:.3f} "
+        f"({answered} of {unanswerable} unanswerable answered, "
+        f"{refused} of {answerable} answerable refused)"
+    ]
+    cap = MAX_UNANSWERABLE_ANSWERED_RATE
+    if not unanswerable:
+        lines.append(
+            "  no no-answer items in this golden set: nothing bounds the unanswerable questions "
+            "this threshold would answer; it only refuses the fewest answerable ones"
+        )
+        return lines
+    allowed = allowed_unanswerable_answered(unanswerable, cap)
+    if answered > allowed:
+        lines.append(
+            f"  no threshold keeps unanswerable questions answered within {cap:.0%} "
+            f"(at most {allowed} of {unanswerable}): this one answers the fewest, so it is not "
+            "a safe setting"
+        )
+    _, high = wilson_interval(answered, unanswerable)
+    lines.append(
+        f"  chosen on this run's own items, so its counts are optimistic: at it "
+        f"{answered / unanswerable:.1%} of unanswerable questions are answered here, "
+        f"95% CI up to {high:.1%} on {unanswerable} items; confirm it on items it was not "
+        "chosen on before setting it"
+    )
+    return lines
