@@ -134,6 +134,30 @@ def test_rag_eval_freeze_warns_when_a_frozen_folder_gets_another_digest(library,
     ) in capsys.readouterr().err
 
 
+def test_rag_eval_freeze_of_a_copied_folder_does_not_warn_of_a_changed_digest(library, capsys):
+    """A new dated folder begun as a copy of the last one carries that one's manifest.json: the
+    new folder was never frozen, so its freeze notes the copied manifest it replaced and does
+    not warn that runs measured on it moved."""
+    import shutil
+
+    from rag_eval_pipeline.cli import main
+
+    copy = library / "2026-12-01"
+    shutil.copytree(library / "2026-10-01", copy)
+    for path in (copy / "documents").iterdir():
+        path.chmod(0o644)
+    document = copy / "documents" / "STORE-FRIDGE-001@v1.md"
+    text = document.read_text(encoding="utf-8")
+    document.unlink()
+    document.write_text(text.replace("STR-04", "STR-05"), encoding="utf-8")
+    assert main(["freeze", str(copy)]) == 0
+    err = capsys.readouterr().err
+    assert "was frozen before" not in err
+    assert "note: the manifest.json copied from 2026-10-01 was replaced by this folder's own" in err
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["snapshot_id"] == "2026-12-01"
+
+
 def test_rag_eval_freeze_reports_a_bad_document_in_one_line(library, capsys):
     from rag_eval_pipeline.cli import main
 

@@ -47,8 +47,15 @@ def command_freeze(args: argparse.Namespace) -> int:
         state = "is a file, not a" if args.snapshot_dir.exists() else "no such"
         raise ConfigError(f"{args.snapshot_dir}: {state} snapshot folder")
     try:
-        before = read_manifest(Path(args.snapshot_dir))["corpus_digest"]
+        earlier = read_manifest(Path(args.snapshot_dir))
     except CorpusError:  # never frozen (or an unreadable manifest, which the freeze replaces)
+        earlier = {}
+    # A manifest naming another snapshot came with a copy of that snapshot's folder (the way a
+    # new dated folder is begun): this folder was never frozen, so nothing measured on it moves.
+    copied_from = earlier.get("snapshot_id")
+    if copied_from == Path(args.snapshot_dir).absolute().name:
+        before, copied_from = earlier.get("corpus_digest"), None
+    else:
         before = None
     report = freeze(args.snapshot_dir, store=not args.no_store)
     manifest = report.manifest
@@ -60,6 +67,11 @@ def command_freeze(args: argparse.Namespace) -> int:
             f"{before[:12]}; it is now {manifest['corpus_digest'][:12]}: runs measured on "
             f"{before[:12]} no longer match this folder (for a change to the library, freeze a "
             "new dated folder instead)",
+            file=sys.stderr,
+        )
+    if copied_from:
+        print(
+            f"note: the manifest.json copied from {copied_from} was replaced by this folder's own",
             file=sys.stderr,
         )
     print(
