@@ -750,6 +750,51 @@ def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
             assert f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}" in done.stdout
 
 
+def test_rag_eval_rebaseline_of_a_baseline_it_cannot_rerun_fails_and_names_the_way_out(
+    library, tmp_path
+):
+    """The rebaseline job re-creates only the reference system: for a baseline of another
+    system (a team's service) the command used to print one line and exit 0, the baseline
+    unmoved and the next night advising the same command. It now fails, and both the guard and
+    the not-comparable reason name the way that works: accept the run as the new baseline."""
+    from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
+
+    env = cli_environment(library, tmp_path)
+    fixture_night(env, "2026-10-15")
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"]) as db:
+        db.execute("UPDATE eval_run_records SET system_id = 'http'")
+        (baseline,) = db.execute(
+            "SELECT eval_run_id FROM eval_runs WHERE is_current_baseline"
+        ).fetchone()
+    snapshot = library / "2026-11-01"
+    shutil.copytree(library / "2026-10-01", snapshot, copy_function=shutil.copyfile)
+    log = snapshot / "documents" / "CLEAN-LOG-001@v1.md"
+    log.write_text(log.read_text().replace("12 months", "24 months"))
+    freeze_snapshot(snapshot)
+    done = rag_eval(
+        "rebaseline", "--suite", "golden", "--partition", "2026-11-02", "--reason", "new library",
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
+        assert db.execute("SELECT count(*) FROM rebaseline_offsets").fetchone() == (0,)
+        assert db.execute(
+            "SELECT eval_run_id FROM eval_runs WHERE is_current_baseline"
+        ).fetchall() == [(baseline,)]
+        (candidate,) = db.execute(
+            "SELECT eval_run_id FROM eval_runs WHERE partition_date = '2026-11-02'"
+        ).fetchone()
+    assert (
+        "error: the re-baseline was not run: cannot re-run system 'http': only the reference "
+        "system's configuration is re-created by the rebaseline job; to compare from this corpus "
+        f"on, accept the run as the new baseline: rag-eval accept-baseline {candidate} --reason"
+    ) in done.stderr
+    night = rag_eval("nightly", "--suite", "golden", "--partition", "2026-11-03", env=env)
+    said = night.stdout + night.stderr
+    assert "The baseline is system http, which the rebaseline job cannot re-run" in said, said
+    assert "rag-eval accept-baseline" in said and "Re-baseline explicitly" not in said
+
+
 @pytest.mark.parametrize(
     ("where", "said"),
     [

@@ -434,7 +434,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     )
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
     from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
-    from rag_eval_pipeline.lib.runs.guard import NOT_COMPARABLE, guard_decision
+    from rag_eval_pipeline.lib.runs.guard import NOT_COMPARABLE, REBASELINE, guard_decision
 
     # The console shows warnings and errors; every event stays in the Dagster instance and UI.
     warnings.filterwarnings("ignore", message=".*is currently in beta")
@@ -527,12 +527,17 @@ def command_nightly(args: argparse.Namespace) -> int:
         requests, reason = guard_requests(summary)
         print(f"\ncomparison guard: {reason}")
         if not requests:
-            if guard_decision(summary)[0] == NOT_COMPARABLE:
+            action = guard_decision(summary)[0]
+            if action == NOT_COMPARABLE:
                 try:
                     alert_not_comparable(instance.get_run_by_id(deciding), summary, reason)
                 except RuntimeError as error:  # the webhook did not take it
                     print(f"warning: {error}", file=sys.stderr)
             decided(deciding)
+            if action == REBASELINE:
+                # A re-baseline was asked for and cannot be run: the baseline did not move.
+                print(f"error: the re-baseline was not run: {reason}", file=sys.stderr)
+                return max(report_gates(), 1)
             break
         request = requests[0]
         print(f"running {request.job_name} for {request.partition_key}", file=sys.stderr)

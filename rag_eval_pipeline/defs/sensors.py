@@ -29,6 +29,7 @@ from rag_eval_pipeline.lib.runs.guard import COMPARE, NOT_COMPARABLE, REBASELINE
 from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_FOR_TAG,
     REBASELINE_REASON_TAG,
+    REFERENCE_SYSTEM_ID,
     REQUESTED_BY_TAG,
 )
 
@@ -50,10 +51,12 @@ PAGE = 100
 def rebaseline_run_config(summary: dict) -> dict:
     """Run configuration that re-creates the baseline's reference-system configuration."""
     stored = json.loads(summary.get("baseline_system_config") or "{}")
-    if summary.get("baseline_system_id") not in ("", "reference-bm25"):
+    if summary.get("baseline_system_id") not in ("", REFERENCE_SYSTEM_ID):
         raise ValueError(
             f"cannot re-run system {summary['baseline_system_id']!r}: only the reference system's "
-            "configuration is re-created by the rebaseline job"
+            "configuration is re-created by the rebaseline job; to compare from this corpus on, "
+            f"accept the run as the new baseline: rag-eval accept-baseline {summary['eval_run_id']}"
+            " --reason '<what changed>' (the change's own effect is then not measured)"
         )
     system = {key: value for key, value in stored.items() if key in REFERENCE_FIELDS}
     return {"resources": {"system": {"config": system}}}

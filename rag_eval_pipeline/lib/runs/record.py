@@ -307,6 +307,10 @@ def differences(candidate: Mapping, baseline: Mapping, *, other: str = "baseline
     return problems
 
 
+# The system the rebaseline job re-creates from a baseline's configuration.
+REFERENCE_SYSTEM_ID = "reference-bm25"
+
+
 def comparability(
     candidate: Mapping, baseline: Mapping, *, other: str = "baseline"
 ) -> tuple[bool, str]:
@@ -330,6 +334,16 @@ def comparability(
         return False, "not comparable: " + "; ".join(problems)
     suite = candidate.get("suite")
     suite_option = f" --suite {suite}" if suite else ""
+    system = baseline.get("system_id")
+    if system and system != REFERENCE_SYSTEM_ID:
+        return False, (
+            "not comparable: "
+            + "; ".join(problems)
+            + f". The baseline is system {system}, which the rebaseline job cannot re-run (it "
+            + "re-creates only the reference system): accept this run as the new baseline with "
+            + f"rag-eval accept-baseline {candidate.get('eval_run_id') or '<run>'}"
+            + " --reason '<what changed>' (the change's own effect is then not measured)"
+        )
     return False, (
         "not comparable: "
         + "; ".join(problems)
