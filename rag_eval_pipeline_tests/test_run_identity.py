@@ -227,6 +227,9 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
     [summary] = result.asset_materializations_for_node("eval_summary")
     assert summary.metadata["measures_version"].value == MEASURES_VERSION
     assert f"  measures          {MEASURES_VERSION}\n" in summary.metadata["summary"].value
+    # The UI's summary is the finished run's, as `rag-eval summary` prints it: it used to be
+    # taken before the run was marked complete, and read INCOMPLETE with no gates.
+    assert "INCOMPLETE" not in summary.metadata["summary"].value
 
 
 def test_a_metric_table_materialized_by_hand_is_not_published(library, tmp_path):

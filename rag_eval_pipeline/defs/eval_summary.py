@@ -109,7 +109,7 @@ def build_eval_summary(
             context.log.warning(finished.replaced)
         write_html_report(report_data, report_file, rendered)
         metadata = summary_metadata(
-            finished, results, gates, report_markdown(report_data, rendered)
+            finished, report_data["headline"], gates, report_markdown(report_data, rendered)
         )
         dagster_run = finished.run["dagster_run_id"] or context.run_id
         return dg.Output(
@@ -163,13 +163,13 @@ def record_gate_results(connection, eval_run_id: str, results: list, gates: Gate
         )
 
 
-def summary_metadata(finished, results: list, gates: GateSet, charts: str) -> dict:
-    """What the UI shows of the finished run: its record, digests, the summary with the gates
-    not passed, and the charts."""
-    failing = [f"- {r.message}" for r in results if not r.passed]
-    markdown = summary_markdown(finished.headline)
-    if failing:
-        markdown += "\n\n**Release gates not passed:**\n\n" + "\n".join(failing)
+def summary_metadata(finished, headline: dict, gates: GateSet, charts: str) -> dict:
+    """What the UI shows of the finished run: its record, digests, the summary and the charts.
+
+    ``headline`` is the run's as published (``headline_from_tables`` once the run is complete
+    and its gates recorded), the one ``rag-eval summary`` prints: ``finished.headline`` is taken
+    before the run is marked complete, so its summary would read INCOMPLETE, without gates."""
+    markdown = summary_markdown(headline)
     run = finished.run
     return {
         **table_metadata(pl.DataFrame([run]), "eval_runs"),
