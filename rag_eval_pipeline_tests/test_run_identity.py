@@ -224,6 +224,17 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
         assert metadata["published"].startswith(
             "by eval_summary after this step, in this Dagster run or a re-execution"
         )
+    # What judged is shown in full beside what answered, and each metric table's headline is
+    # the printed summary's figures for it.
+    [run_page] = result.asset_materializations_for_node("retrieval_run")
+    [judge_config] = rows(tmp_path / "w.duckdb", "SELECT judge_config FROM eval_runs")
+    assert run_page.metadata["judge_config"].value == json.loads(judge_config[0])
+    assert run_page.metadata["judge_id"].value == record[5]
+    [retrieval_page] = result.asset_materializations_for_node("retrieval_metrics")
+    assert "| Stale@5 |" in retrieval_page.metadata["headline"].value
+    [generation_page] = result.asset_materializations_for_node("generation_metrics")
+    headline = generation_page.metadata["headline"].value
+    assert "| faithfulness |" in headline and "| false_refusal_rate |" in headline
     [summary] = result.asset_materializations_for_node("eval_summary")
     assert summary.metadata["measures_version"].value == MEASURES_VERSION
     assert f"  measures          {MEASURES_VERSION}\n" in summary.metadata["summary"].value

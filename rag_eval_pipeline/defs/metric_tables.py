@@ -18,7 +18,8 @@ from rag_eval_pipeline.defs.retrieval_run import record_of
 from rag_eval_pipeline.lib.judges.calibration import calibrate, load_human_labels
 from rag_eval_pipeline.lib.judges.estimates import judge_trust_estimates
 from rag_eval_pipeline.lib.metrics.generation import generation_tables
-from rag_eval_pipeline.lib.metrics.retrieval import HEADLINE, retrieval_tables
+from rag_eval_pipeline.lib.metrics.retrieval import retrieval_tables
+from rag_eval_pipeline.lib.reporting.summary import HEADLINE_GENERATION, HEADLINE_RETRIEVAL
 from rag_eval_pipeline.lib.store.sql import load_sql
 from rag_eval_pipeline.lib.systems.calls import SYSTEM_ERROR
 
@@ -65,8 +66,8 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         store.write_table(run_dir, "retrieval_item_metrics", per_item.with_columns(scope))
         store.write_table(run_dir, "retrieval_metrics", table)
         headline = table.filter(
-            (pl.col("scope") == "overall") & pl.col("measure").is_in(list(HEADLINE))
-        ).select("measure", "value", "ci_low", "ci_high", "n")
+            (pl.col("scope") == "overall") & pl.col("measure").is_in(list(HEADLINE_RETRIEVAL))
+        ).select("measure", "value", "ci_low", "ci_high", "n", "interval_method")
         return dg.Output(
             retrieval_run,
             metadata={
@@ -135,6 +136,16 @@ def build_generation_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDe
                 **table_metadata(tables.metrics.with_columns(scope), "generation_metrics"),
                 **provenance(record),
                 "recommended_evidence_threshold": tables.recommended_threshold,
+                # The printed summary's generation figures (answerable items), with intervals.
+                "headline": dg.MetadataValue.md(
+                    markdown_table(
+                        tables.metrics.filter(
+                            (pl.col("scope") == "overall")
+                            & (pl.col("scope_value") == "answerable")
+                            & pl.col("metric").is_in(list(HEADLINE_GENERATION))
+                        ).select("metric", "value", "ci_low", "ci_high", "n", "interval_method")
+                    )
+                ),
                 "sufficiency_x_correctness": dg.MetadataValue.md(
                     markdown_table(tables.sufficiency)
                 ),

@@ -185,6 +185,9 @@ def record_metadata(record, dagster_run_id: str) -> dict:
         "system_id": record.system_id,
         "system_config": dg.MetadataValue.json(dict(record.system_config)),
         "system_config_digest": record.system_config_digest,
+        "judge_id": record.judge_id,
+        "judge_config": dg.MetadataValue.json(dict(record.judge_config)),
+        "judge_config_digest": record.judge_config_digest,
         "settings": dg.MetadataValue.json(record.settings.as_dict()),
         "settings_digest": record.settings.digest,
     }
