@@ -748,6 +748,23 @@ def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
     for _, _, metric, old, new, offset in offsets:
         if None not in (old, new, offset):
             assert f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}" in done.stdout
+    # The edited section answers golden items: their labels are stale on the new snapshot, and
+    # the offsets say part of them is that, not the library.
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
+        drifted = [
+            item
+            for (item,) in db.execute(
+                "SELECT d.item_id FROM golden_drift d JOIN eval_runs r ON d.golden_digest = "
+                "r.golden_digest AND d.corpus_digest = r.corpus_digest WHERE r.eval_run_id = $1 "
+                "AND d.drifted ORDER BY d.item_id",
+                [rebaseline_run],
+            ).fetchall()
+        ]
+    assert drifted
+    assert (
+        f"  note: {len(drifted)} golden item(s) have an answering passage that is not current on "
+        f"the new snapshot ({', '.join(drifted[:5])}"
+    ) in done.stdout
 
 
 def test_rag_eval_rebaseline_of_a_baseline_it_cannot_rerun_fails_and_names_the_way_out(

@@ -57,3 +57,10 @@ SELECT eval_run_id, started_at, trace_file, status FROM eval_run_records
 -- the new snapshot, and the offset (the corpus change alone).
 SELECT old_baseline_run_id, metric, old_value, new_value, offset_value, ci_low, ci_high
 FROM rebaseline_offsets WHERE rebaseline_run_id = $eval_run_id ORDER BY metric
+
+-- name: drifted_items
+-- The golden items of a run whose answering passage is not current on the run's corpus state
+-- (superseded, withdrawn or edited since they were labelled), in id order.
+SELECT d.item_id FROM golden_drift d JOIN eval_runs r
+  ON d.golden_digest = r.golden_digest AND d.corpus_digest = r.corpus_digest
+WHERE r.eval_run_id = $eval_run_id AND d.drifted ORDER BY d.item_id

@@ -603,6 +603,22 @@ def format_offsets(rebaseline_run_id: str, connection) -> str:
             continue
         interval = f" [{low:+.4f}, {high:+.4f}]" if low is not None and high is not None else ""
         lines.append(f"  {metric:<16} {old:.4f} -> {new:.4f}  offset {offset:+.4f}{interval}")
+    drifted = [
+        item
+        for (item,) in connection.execute(
+            sql_query("runs", "drifted_items"), {"eval_run_id": rebaseline_run_id}
+        ).fetchall()
+    ]
+    if drifted:
+        named = ", ".join(drifted[:5]) + (
+            f" and {len(drifted) - 5} more" if len(drifted) > 5 else ""
+        )
+        lines.append(
+            f"  note: {len(drifted)} golden item(s) have an answering passage that is not current "
+            f"on the new snapshot ({named}; table golden_drift): part of these offsets is their "
+            "stale labels, not the library. Re-label them, then re-baseline again for the "
+            "golden-set change."
+        )
     return "\n".join(lines)
 
 
