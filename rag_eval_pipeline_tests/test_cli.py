@@ -718,6 +718,23 @@ def test_the_latest_summary_mentions_a_later_night_that_did_not_finish(library, 
     assert "warning" not in rag_eval("summary", runs[0], env=env).stderr
 
 
+def test_the_summary_says_when_a_complete_run_has_no_report(library, tmp_path):
+    """A night killed between its publish and its report is complete in the warehouse without
+    the file: the summary said where the report is, as if it were there."""
+    env = cli_environment(library, tmp_path)
+    fixture_night(env, "2026-10-15")
+    shown = rag_eval("summary", env=env)
+    line = next(line for line in shown.stdout.splitlines() if line.startswith("  report     "))
+    report = Path(line.removeprefix("  report     "))
+    assert report.is_file() and "not written" not in shown.stdout
+    report.unlink()
+    shown = rag_eval("summary", env=env)
+    assert (
+        f"  report     {report} (not written: the step that writes it ended first; run the "
+        "night again to write it)"
+    ) in shown.stdout
+
+
 def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
     """``rag-eval rebaseline`` on a new snapshot runs the night, the baseline's system on it and
     the comparison, and prints the offset of each metric it stored (the corpus change alone)."""

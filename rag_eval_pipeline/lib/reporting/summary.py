@@ -7,6 +7,7 @@ complete says so above its figures.
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 
 import duckdb
 
@@ -248,7 +249,14 @@ def format_summary(
         where.append(f"  warehouse  {warehouse}")
     report = report or headline.get("report_path")
     if report:
-        where.append(f"  report     {report}")
+        # A night stopped between its publish and its report (killed in the summary step's last
+        # second) is complete in the warehouse without the file: say so, not only where it is.
+        missing = (
+            ""
+            if Path(report).is_file()
+            else " (not written: the step that writes it ended first; run the night again to write it)"
+        )
+        where.append(f"  report     {report}{missing}")
     if where:
         lines += ["", "Where to look:", *where]
     return "\n".join(lines)
