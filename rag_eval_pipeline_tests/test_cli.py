@@ -403,6 +403,30 @@ def test_import_rejects_bad_beir_input(tmp_path):
     assert not (tmp_path / "s" / "2026-01-01").exists() and not (tmp_path / "g.jsonl").exists()
 
 
+def test_the_first_night_is_a_setting_for_a_team_with_older_snapshots():
+    """Nights began on 2026-10-01 for every team; one with older snapshots could not backfill
+    them. RAG_EVAL_FIRST_NIGHT moves the first night, and a night before it says so."""
+    from rag_eval_pipeline.defs import build_definitions
+    from rag_eval_pipeline.defs.partitions import NIGHT, check_night
+    from rag_eval_pipeline.lib.deployment import Deployment
+    from rag_eval_pipeline.lib.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        check_night("2026-09-02", "UTC")
+    assert str(refused.value).endswith(
+        "(today in UTC); for earlier nights set RAG_EVAL_FIRST_NIGHT (now 2026-10-01)"
+    )
+    assert check_night("2026-09-02", "UTC", first_night="2026-09-01") == "2026-09-02"
+    deployment = Deployment.from_environment({"RAG_EVAL_FIRST_NIGHT": "2026-09-01"})
+    assert deployment.first_night == "2026-09-01"
+    job = build_definitions(deployment).resolve_job_def("nightly_eval")
+    nights = job.partitions_def.get_partitions_def_for_dimension(NIGHT).get_partition_keys()
+    assert nights[0] == "2026-09-01"
+    for bad in ("2026-9-1", "September"):
+        with pytest.raises(ConfigError, match=f"RAG_EVAL_FIRST_NIGHT='{bad}' is not a date"):
+            Deployment.from_environment({"RAG_EVAL_FIRST_NIGHT": bad})
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

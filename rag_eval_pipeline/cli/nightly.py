@@ -446,7 +446,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     run_config = with_deployment_system(read_run_config(args.config), deployment)
     preflight(run_config, suite, args.config)
     night = args.partition or dt.datetime.now(ZoneInfo(deployment.timezone)).date().isoformat()
-    check_night(night, deployment.timezone)
+    check_night(night, deployment.timezone, first_night=deployment.first_night)
     project.warehouse()  # a warehouse location that cannot be one, refused before any step
     defs = build_definitions(deployment)
     project.dagster_home()

@@ -109,7 +109,7 @@ def build_definitions(
     deployment: Deployment, resources: Mapping[str, object] | None = None
 ) -> dg.Definitions:
     """Every asset, check, job, schedule, sensor and resource of the code location."""
-    partitions = nightly_partitions(deployment.timezone)
+    partitions = nightly_partitions(deployment.timezone, deployment.first_night)
     gates = read_gates(deployment.gates_file)
     nightly_eval, rebaseline, run_comparison_job = build_jobs(partitions, deployment)
     writer_tags = deployment.warehouse_writer_tags

@@ -10,21 +10,24 @@ import warnings
 
 import dagster as dg
 
+from rag_eval_pipeline.lib.deployment import FIRST_NIGHT
 from rag_eval_pipeline.lib.errors import ConfigError
 
 NIGHT = "night"
 SUITE = "suite"
-FIRST_NIGHT = "2026-10-01"
 
 suite_partitions = dg.DynamicPartitionsDefinition(name=SUITE)
 
 
-def nightly_partitions(timezone: str) -> dg.MultiPartitionsDefinition:
-    """Night (daily, named by the date the run happens on, ``end_offset=1``) x suite."""
+def nightly_partitions(
+    timezone: str, first_night: str = FIRST_NIGHT
+) -> dg.MultiPartitionsDefinition:
+    """Night (daily from ``first_night``, named by the date the run happens on,
+    ``end_offset=1``) x suite."""
     return dg.MultiPartitionsDefinition(
         {
             NIGHT: dg.DailyPartitionsDefinition(
-                start_date=FIRST_NIGHT, timezone=timezone, end_offset=1
+                start_date=first_night, timezone=timezone, end_offset=1
             ),
             SUITE: suite_partitions,
         }
@@ -43,16 +46,21 @@ def nightly_check(
         return dg.AssetCheckSpec(name, asset=asset, partitions_def=partitions, **options)
 
 
-def check_night(night: str, timezone: str, option: str = "--partition") -> str:
-    """``night`` if it is a night of the partitions (from ``FIRST_NIGHT`` to today in
+def check_night(
+    night: str, timezone: str, option: str = "--partition", first_night: str = FIRST_NIGHT
+) -> str:
+    """``night`` if it is a night of the partitions (from ``first_night`` to today in
     ``timezone``), else a ``ConfigError`` naming the option and the nights there are."""
-    nights = nightly_partitions(timezone).get_partitions_def_for_dimension(NIGHT)
+    nights = nightly_partitions(timezone, first_night).get_partitions_def_for_dimension(NIGHT)
     keys = nights.get_partition_keys()
     if night not in keys:
-        raise ConfigError(
-            f"{option} {night}: no such night; nights run from {keys[0]} to {keys[-1]} "
-            f"(today in {timezone})"
+        earlier = (
+            f"; for earlier nights set RAG_EVAL_FIRST_NIGHT (now {first_night})"
+            if keys and night < keys[0]
+            else ""
         )
+        span = f"nights run from {keys[0]} to {keys[-1]}" if keys else "there are no nights yet"
+        raise ConfigError(f"{option} {night}: no such night; {span} (today in {timezone}){earlier}")
     return night
 
 

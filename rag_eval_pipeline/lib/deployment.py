@@ -5,6 +5,7 @@
 | ``RAG_EVAL_TIMEZONE`` | time zone of the nights and of the 02:00 schedule | ``UTC`` |
 | ``RAG_EVAL_EXECUTOR`` | executor of the evaluation jobs (``in_process``, ``multiprocess``, ``celery`` with ``RAG_EVAL_CELERY_BROKER`` and ``RAG_EVAL_CELERY_BACKEND``, ``k8s``) | ``in_process`` |
 | ``RAG_EVAL_WAREHOUSE_QUEUE`` | with ``celery``: the queue of the one step of ``nightly_eval`` that writes the warehouse (``eval_summary``) and of ``release_checks``, which reads it, so they run on the worker beside the warehouse file (``docs/SCALING.md``) | the default queue |
+| ``RAG_EVAL_FIRST_NIGHT`` | the first night there is (``YYYY-MM-DD``): earlier nights cannot be run or backfilled | ``2026-10-01`` |
 | ``RAG_EVAL_SHARDS`` | shards the per-item work is split into (``docs/SCALING.md``) | ``1`` |
 | ``RAG_EVAL_SYSTEM`` | system under test (``reference``; ``replay`` with ``RAG_EVAL_TRACES``; ``http`` with ``RAG_EVAL_SYSTEM_URL`` and, for a bearer token, ``RAG_EVAL_SYSTEM_KEY_ENV`` naming its variable) | ``reference`` |
 | ``RAG_EVAL_JUDGE`` | judge (``deterministic``; ``llm`` with ``RAG_EVAL_JUDGE_BASE_URL``, ``RAG_EVAL_JUDGE_MODEL``, ``RAG_EVAL_JUDGE_KEY_ENV``) | ``deterministic`` |
@@ -18,6 +19,7 @@ The in-process executor is the default: on a two-core machine the multiprocess e
 1.5-2 s of process start-up per step, more than most steps take.
 """
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +36,16 @@ JUDGES = ("deterministic", "llm")
 DEFAULT_GATES = "gates/release_gates.yaml"
 
 
+# The first night of the partitions unless RAG_EVAL_FIRST_NIGHT says otherwise.
+FIRST_NIGHT = "2026-10-01"
+
+
 @dataclass(frozen=True)
 class Deployment:
     """The choices of one deployment (module docstring)."""
 
     timezone: str = "UTC"
+    first_night: str = FIRST_NIGHT
     executor: str = "in_process"
     system: str = "reference"
     traces: str = ""
@@ -84,6 +91,14 @@ class Deployment:
             ZoneInfo(timezone)
         except (ZoneInfoNotFoundError, ValueError):
             raise ConfigError(f"RAG_EVAL_TIMEZONE={timezone!r} is not a time zone") from None
+        first_night = environment.get("RAG_EVAL_FIRST_NIGHT") or FIRST_NIGHT
+        try:
+            if dt.date.fromisoformat(first_night).isoformat() != first_night:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"RAG_EVAL_FIRST_NIGHT={first_night!r} is not a date (YYYY-MM-DD)"
+            ) from None
         system = choice("RAG_EVAL_SYSTEM", SYSTEMS, "reference")
         executor = choice("RAG_EVAL_EXECUTOR", EXECUTORS, "in_process")
         shards = environment.get("RAG_EVAL_SHARDS") or "1"
@@ -98,6 +113,7 @@ class Deployment:
             )
         return cls(
             timezone=timezone,
+            first_night=first_night,
             executor=executor,
             shards=int(shards),
             celery_broker=required("RAG_EVAL_CELERY_BROKER", "RAG_EVAL_EXECUTOR=celery")
