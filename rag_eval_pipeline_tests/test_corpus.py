@@ -61,8 +61,21 @@ def test_choose_snapshot_takes_the_newest_on_or_before_the_night(tmp_path):
     assert choose_snapshot(tmp_path, dt.date(2026, 10, 31)).name == "2026-10-01"
     assert choose_snapshot(tmp_path, dt.date(2026, 11, 1)).name == "2026-11-01"
     assert choose_snapshot(tmp_path, dt.date(2026, 11, 1), "2026-10-01").name == "2026-10-01"
-    with pytest.raises(CorpusError, match="no snapshot dated on or before 2026-09-30"):
+    with pytest.raises(CorpusError) as refused:
         choose_snapshot(tmp_path, dt.date(2026, 9, 30))
+    # It names what is there: a later snapshot, or folders none of which is dated.
+    assert str(refused.value) == (
+        f"{tmp_path}: no snapshot dated on or before 2026-09-30; the earliest is 2026-10-01"
+    )
+    undated = tmp_path / "undated"
+    for name in ("2026-9-15", "notes", ".snapshot_store"):
+        (undated / name).mkdir(parents=True)
+    with pytest.raises(CorpusError) as refused:
+        choose_snapshot(undated, dt.date(2026, 9, 30))
+    assert str(refused.value) == (
+        f"{undated}: no snapshot dated on or before 2026-09-30; no folder is named YYYY-MM-DD "
+        "(folders: 2026-9-15, notes)"
+    )
 
 
 def test_drifted_items_are_flagged_on_a_later_snapshot(library):

@@ -1741,11 +1741,19 @@ def choose_snapshot(
         if not folder.is_dir():
             raise CorpusError(f"{folder}: snapshot folder does not exist")
         return folder
-    eligible = [
-        item for item in snapshot_folders(corpus_root) if on_date is None or item[0] <= on_date
-    ]
+    dated = snapshot_folders(corpus_root)
+    eligible = [item for item in dated if on_date is None or item[0] <= on_date]
     if not eligible:
-        raise CorpusError(f"{corpus_root}: no snapshot dated on or before {on_date}")
+        if dated:
+            seen = f"the earliest is {dated[0][1].name}"
+        else:
+            others = sorted(
+                f.name for f in corpus_root.iterdir() if f.is_dir() and not f.name.startswith(".")
+            )
+            seen = "no folder is named YYYY-MM-DD" + (
+                f" (folders: {', '.join(others[:5])})" if others else ""
+            )
+        raise CorpusError(f"{corpus_root}: no snapshot dated on or before {on_date}; {seen}")
     return eligible[-1][1]
 
 
