@@ -759,22 +759,28 @@ def test_the_summary_says_when_a_complete_run_has_no_report(library, tmp_path):
     ) in shown.stdout
 
 
-def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
-    """``rag-eval rebaseline`` on a new snapshot runs the night, the baseline's system on it and
-    the comparison, and prints the offset of each metric it stored (the corpus change alone)."""
+def rebaseline_on_a_changed_library(library: Path, env: dict) -> subprocess.CompletedProcess:
+    """A 2026-11-01 snapshot with one section edited (it answers golden items), frozen, and
+    ``rag-eval rebaseline`` of the night after it."""
     from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
 
-    env = cli_environment(library, tmp_path)
-    fixture_night(env, "2026-10-15")
     snapshot = library / "2026-11-01"
     shutil.copytree(library / "2026-10-01", snapshot, copy_function=shutil.copyfile)
     log = snapshot / "documents" / "CLEAN-LOG-001@v1.md"
     log.write_text(log.read_text().replace("12 months", "24 months"))
     freeze_snapshot(snapshot)
-    done = rag_eval(
+    return rag_eval(
         "rebaseline", "--suite", "golden", "--partition", "2026-11-02", "--reason", "new library",
         env=env,
     )  # fmt: skip
+
+
+def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
+    """``rag-eval rebaseline`` on a new snapshot runs the night, the baseline's system on it and
+    the comparison, and prints the offset of each metric it stored (the corpus change alone)."""
+    env = cli_environment(library, tmp_path)
+    fixture_night(env, "2026-10-15")
+    done = rebaseline_on_a_changed_library(library, env)
     with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
         offsets = db.sql(
             "SELECT rebaseline_run_id, old_baseline_run_id, metric, old_value, new_value, "
@@ -815,8 +821,6 @@ def test_rag_eval_rebaseline_of_a_baseline_it_cannot_rerun_fails_and_names_the_w
     system (a team's service) the command used to print one line and exit 0, the baseline
     unmoved and the next night advising the same command. It now fails, and both the guard and
     the not-comparable reason name the way that works: accept the run as the new baseline."""
-    from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
-
     env = cli_environment(library, tmp_path)
     fixture_night(env, "2026-10-15")
     with duckdb.connect(env["RAG_EVAL_WAREHOUSE"]) as db:
@@ -824,15 +828,7 @@ def test_rag_eval_rebaseline_of_a_baseline_it_cannot_rerun_fails_and_names_the_w
         (baseline,) = db.execute(
             "SELECT eval_run_id FROM eval_runs WHERE is_current_baseline"
         ).fetchone()
-    snapshot = library / "2026-11-01"
-    shutil.copytree(library / "2026-10-01", snapshot, copy_function=shutil.copyfile)
-    log = snapshot / "documents" / "CLEAN-LOG-001@v1.md"
-    log.write_text(log.read_text().replace("12 months", "24 months"))
-    freeze_snapshot(snapshot)
-    done = rag_eval(
-        "rebaseline", "--suite", "golden", "--partition", "2026-11-02", "--reason", "new library",
-        env=env,
-    )  # fmt: skip
+    done = rebaseline_on_a_changed_library(library, env)
     assert done.returncode == 1, done.stdout + done.stderr
     with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
         assert db.execute("SELECT count(*) FROM rebaseline_offsets").fetchone() == (0,)
