@@ -670,7 +670,6 @@ def aggregate(
 RUN_MEASURES = ("Success", "R", "P", "RR", "nDCG", "nDCG_exp")
 # The measures a run also has without a cut-off (``retrieval_tables``).
 UNCUT_RUN_MEASURES = ("AP", "RR")
-HEADLINE = ("Success@5", "R@5", "RR@5", "nDCG@10")
 
 
 def is_run_measure(label: str) -> bool:

@@ -354,21 +354,13 @@ def _sufficiency_html(data: Mapping) -> str:
 
 def _sweep_html(data: Mapping, png: bytes) -> str:
     sweep = data["abstention_sweep"]
-    recommended = [row for row in sweep if row["recommended"]]
     chosen = data["headline"].get("recommended_threshold")
     caveats: list[str] = []
-    if recommended and chosen:
+    if chosen:
         # The summary's lines: the threshold with its counts, then what it cannot be trusted for.
         first, *caveats = sweep_lines(chosen)
         sentence = first.removeprefix("Abstention sweep: recommended").strip()
         sentence = f"Recommended {sentence}."
-    elif recommended:
-        row = recommended[0]
-        sentence = (
-            f"Recommended evidence threshold {row['threshold']:.3f}: "
-            f"{row['unanswerable_answered']} unanswerable questions answered, "
-            f"{row['answerable_refused']} answerable questions refused."
-        )
     else:
         sentence = "No recommended evidence threshold for this run."
     table = _table(
