@@ -525,6 +525,13 @@ def test_the_html_report_shows_the_gates_and_the_calls_as_the_summary_does(repor
     section = page[page.index("Release gates (") :]
     for gate in gates:
         assert f"<td>{gate['gate']}</td><td>{gate['status']}</td>" in section
+    # A gate that was not measured (not assessed) shows no figure, not "n/a" or a number.
+    unmeasured = {**gates[0], "status": "judge not calibrated", "passed": False, "observed": None}
+    quiet = {**report_data, "headline": {**report_data["headline"], "gates": [unmeasured]}}
+    section = report.report_html(quiet, rendered).split("Release gates (", 1)[1]
+    assert f"<td>{unmeasured['gate']}</td><td>judge not calibrated</td><td>not measured</td>" in (
+        section
+    )
     assert "<td>system errors</td>" in page
     assert "Comparison with the baseline" in page and "rag-eval compare" in page
     # Without gate results recorded (an earlier warehouse), no gates section is claimed.

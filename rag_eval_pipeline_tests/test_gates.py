@@ -66,6 +66,9 @@ def test_a_judge_gate_without_calibration_does_not_pass():
     assert results["faithfulness"].status == NOT_CALIBRATED
     assert not results["faithfulness"].passed
     assert "judge not calibrated" in results["faithfulness"].message
+    # Not assessed is not measured: the uncalibrated judge's 0.90 is not the gate's figure.
+    assert results["faithfulness"].observed is None and results["faithfulness"].margin is None
+    assert results["success_at_5"].observed == pytest.approx(0.6960)
     # The calibration's own reason begins with the same words: they are said once.
     worded = evaluate_gates(
         gates,
@@ -75,6 +78,32 @@ def test_a_judge_gate_without_calibration_does_not_pass():
     )
     message = next(r.message for r in worded if r.gate.name == "faithfulness")
     assert message.startswith("faithfulness: judge not calibrated (no human labels); "), message
+
+
+def test_a_judge_gate_over_a_failing_judge_fails_without_a_figure():
+    _, gates = load_gates(ROOT / "gates" / "case_study_targets.yaml")
+    errors = pl.DataFrame(
+        {
+            "table": ["generation_metrics"],
+            "scope": ["overall"],
+            "scope_value": ["answerable"],
+            "metric": ["judge_error_rate"],
+            "value": [0.25],
+            "ci_low": [0.2],
+            "ci_high": [0.3],
+            "n": [60],
+        }
+    )
+    results = {
+        r.gate.name: r
+        for r in evaluate_gates(gates, pl.concat([METRICS, errors]), judge_calibrated=True)
+    }
+    faithfulness = results["faithfulness"]
+    assert faithfulness.status == FAILED and "the judge failed on 25.0% of the claims" in (
+        faithfulness.message
+    )
+    assert faithfulness.observed is None and faithfulness.margin is None
+    assert results["success_at_5"].observed == pytest.approx(0.6960)
 
 
 def test_gate_file_errors_name_the_gate(tmp_path):

@@ -5,6 +5,7 @@ Expected figures are computed by hand from the ranked lists asserted in
 """
 
 import math
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -215,3 +216,33 @@ def test_rerunning_a_partition_replaces_only_its_rows(library, tmp_path):
     assert before == after and len(after) == 2
     assert runs == 2
     assert passages == 9
+
+
+def test_a_run_whose_report_fails_is_not_published(library, tmp_path, monkeypatch):
+    """The report is written before the warehouse is published: a night whose report cannot be
+    written (here its page fails; a kill there alike) is not complete in the warehouse, and no
+    report or temporary page of it is left; the same night then completes with its report."""
+    from rag_eval_pipeline.defs import eval_summary
+
+    path = tmp_path / "warehouse" / "rag_eval.duckdb"
+    reports = path.parent / "reports"
+    assert materialize_night(library, path, "2026-10-15").success
+    (earlier,) = list(reports.iterdir())
+
+    def failing_page(*_args, **_kwargs):
+        raise RuntimeError("the page could not be written")
+
+    monkeypatch.setattr(eval_summary, "report_html", failing_page)
+    assert not materialize_night(library, path, "2026-10-16").success
+    query = "SELECT partition_date::VARCHAR, status, report_path FROM eval_runs ORDER BY 1"
+    with duckdb.connect(str(path), read_only=True) as connection:
+        runs = rows(connection, query)
+    assert [(night, status) for night, status, _ in runs] == [("2026-10-15", "complete")]
+    assert list(reports.iterdir()) == [earlier]
+
+    monkeypatch.undo()
+    assert materialize_night(library, path, "2026-10-16").success
+    with duckdb.connect(str(path), read_only=True) as connection:
+        runs = rows(connection, query)
+    assert [status for _, status, _ in runs] == ["complete", "complete"]
+    assert sorted(reports.iterdir()) == sorted(Path(report) for _, _, report in runs)

@@ -8,7 +8,8 @@ tables; the step after it (``defs.release_checks``) reports them as blocking ass
 
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -16,12 +17,13 @@ import polars as pl
 from rag_eval_pipeline.defs.metadata import evaluation_asset, run_link, table_metadata
 from rag_eval_pipeline.defs.resources import WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of
+from rag_eval_pipeline.lib.files import replaced_atomically
 from rag_eval_pipeline.lib.reporting.charts import import_drawing_modules
 from rag_eval_pipeline.lib.reporting.report import (
     load_report_data,
     render_charts,
+    report_html,
     report_markdown,
-    write_html_report,
 )
 from rag_eval_pipeline.lib.reporting.summary import summary_markdown
 from rag_eval_pipeline.lib.runs.gates import GateSet, evaluate_gates
@@ -85,29 +87,35 @@ def build_eval_summary(
         context.instance.add_run_tags(context.run.run_id, {EVAL_RUN_TAG: record.eval_run_id})
         report_file = warehouse_db.report_path(record.eval_run_id)
         # The charts' imports run while DuckDB (which releases the GIL) loads the warehouse,
-        # and the charts are drawn while it writes the warehouse out and publishes it (its
-        # checkpoint: 0.5 s at 96,000 passages); the report is written once it is published.
+        # and the charts are drawn and the report written to a temporary name while it writes
+        # the warehouse out (its checkpoint: 0.5 s at 96,000 passages). The warehouse is
+        # published only once the report is written, and the report renamed into place just
+        # after: a run the warehouse holds complete has its report, and a report that fails
+        # leaves the run unpublished.
         drawing = threading.Thread(target=import_drawing_modules, daemon=True)
         drawing.start()
-        with ThreadPoolExecutor(1) as painter:
-            with warehouse_db.publishing() as connection:
-                finished = finish_run(
-                    connection,
-                    warehouse_db.run_store(),
-                    record,
-                    report_path=str(report_file),
-                    seed=record.settings.seed,
-                    max_judge_error_share=gates.max_judge_error_share,
-                )
-                results = gate_results(connection, record.eval_run_id, finished.headline, gates)
-                record_gate_results(connection, record.eval_run_id, results, gates)
-                report_data = load_report_data(connection, record.eval_run_id)
-                drawing.join()
-                charts = painter.submit(render_charts, report_data)
-            rendered = charts.result()
+        report: list[Future] = []
+        with (
+            ThreadPoolExecutor(1) as painter,
+            replaced_atomically(report_file) as draft,
+            warehouse_db.publishing(before_publish=lambda: report[0].result()) as connection,
+        ):
+            finished = finish_run(
+                connection,
+                warehouse_db.run_store(),
+                record,
+                report_path=str(report_file),
+                seed=record.settings.seed,
+                max_judge_error_share=gates.max_judge_error_share,
+            )
+            results = gate_results(connection, record.eval_run_id, finished.headline, gates)
+            record_gate_results(connection, record.eval_run_id, results, gates)
+            report_data = load_report_data(connection, record.eval_run_id)
+            drawing.join()
+            report.append(painter.submit(write_report, report_data, draft))
+        rendered = report[0].result()
         if finished.replaced:
             context.log.warning(finished.replaced)
-        write_html_report(report_data, report_file, rendered)
         metadata = summary_metadata(
             finished, report_data["headline"], gates, report_markdown(report_data, rendered)
         )
@@ -122,6 +130,13 @@ def build_eval_summary(
         )
 
     return eval_summary
+
+
+def write_report(report_data: dict, path: Path) -> dict[str, bytes]:
+    """Draw the report's charts and write its page to ``path``; the charts drawn."""
+    rendered = render_charts(report_data)
+    path.write_text(report_html(report_data, rendered), encoding="utf-8")
+    return rendered
 
 
 def gate_results(connection, eval_run_id: str, headline: dict, gates: GateSet) -> list:

@@ -10,7 +10,7 @@ implementation plugs in without touching the assets.
 import pickle
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -118,10 +118,13 @@ class WarehouseResource(dg.ConfigurableResource):
         return project_path(self.path).parent
 
     @contextmanager
-    def publishing(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def publishing(
+        self, before_publish: Callable[[], None] | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to write the warehouse through (the run store's records synced first;
-        ``lib.runs.lifecycle.publishing``), published when the block ends."""
-        with publishing(self.warehouse(), self.run_store()) as connection:
+        ``lib.runs.lifecycle.publishing``), published when the block ends, after
+        ``before_publish`` has returned."""
+        with publishing(self.warehouse(), self.run_store(), before_publish) as connection:
             yield connection
 
     def abandon(self, eval_run_id: str, reason: str) -> None:

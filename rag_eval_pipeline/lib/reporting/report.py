@@ -39,6 +39,7 @@ from rag_eval_pipeline.lib.runs.record import measures_of
 from rag_eval_pipeline.lib.store.sql import sql_query
 
 HISTORY_MEASURES = ("Success@5", "nDCG@10")
+NOT_MEASURED = "not measured"
 TREND_MEASURE = "Success@5"
 CHART_NAMES = ("abstention_sweep", "metric_trend", "strata")
 CHART_CAPTIONS = {
@@ -500,7 +501,7 @@ def _gates_html(data: Mapping) -> str:
             [
                 gate["gate"],
                 gate["status"],
-                gate["observed"],
+                NOT_MEASURED if gate["observed"] is None else gate["observed"],
                 f"{gate['op']} {gate['threshold']:g}",
                 gate["message"],
             ]

@@ -299,7 +299,8 @@ def evaluate_gates(
 ) -> list[GateResult]:
     """Evaluate metric gates against rows ``table, scope, scope_value, metric, value, ci_low,
     ci_high``. The margin is how far the observed statistic is on the passing side (negative:
-    short by that much). A gate resting on the judge fails when the judge failed on more than
+    short by that much). A gate that was not measured (not assessed, or failed because the
+    judge failed) has neither: the judge's own figure is not the gate's evidence there. A gate resting on the judge fails when the judge failed on more than
     ``max_judge_error_share`` of the claims; it tests the prediction-powered row of ``ppi``
     (``scope, scope_value, metric, method, unit, value, ci_low, ci_high, n_judged, n_labelled,
     reason``) when that rests on at least ``min_labels_for_ppi`` labels and has the statistic,
@@ -321,7 +322,7 @@ def evaluate_gates(
                 GateResult(
                     gate,
                     FAILED,
-                    observed,
+                    None,
                     None,
                     f"{gate.name}: the judge failed on {errors:.1%} of the claims, more than "
                     f"{max_judge_error_share:.0%} (JUDGE_ERROR: an unreachable or misbehaving "
@@ -349,7 +350,7 @@ def evaluate_gates(
                 GateResult(
                     gate,
                     NOT_CALIBRATED,
-                    observed,
+                    None,
                     None,
                     f"{gate.name}: {NOT_CALIBRATED} ({reason.removeprefix(NOT_CALIBRATED + ': ')}); "
                     f"{describe(gate)} not assessed",

@@ -14,7 +14,7 @@
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,10 +129,13 @@ def sync_records(connection: duckdb.DuckDBPyConnection, store: RunStore) -> list
 
 
 @contextmanager
-def publishing(warehouse: Warehouse, store: RunStore) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A writing connection to the warehouse (``Warehouse.writing``) with the run store's
-    records synced first: every writer goes through here."""
-    with warehouse.writing() as connection:
+def publishing(
+    warehouse: Warehouse, store: RunStore, before_publish: Callable[[], None] | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A writing connection to the warehouse (``Warehouse.writing``, ``before_publish`` called
+    just before it is published) with the run store's records synced first: every writer goes
+    through here."""
+    with warehouse.writing(before_publish) as connection:
         sync_records(connection, store)
         yield connection
 

@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -118,8 +118,14 @@ class Warehouse:
                 leftover.unlink(missing_ok=True)
 
     @contextmanager
-    def writing(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection to a private copy, published atomically when the block ends without error."""
+    def writing(
+        self, before_publish: Callable[[], None] | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to a private copy, published atomically when the block ends without error.
+
+        ``before_publish`` is called once the copy is written out, just before it replaces the
+        warehouse: what must exist before readers see the new figures (a run's report) is
+        finished there, and if it raises nothing is published."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
             self._remove_abandoned_copies()
@@ -136,6 +142,8 @@ class Warehouse:
                     connection.close()
                 with working.open("rb") as handle:
                     os.fsync(handle.fileno())
+                if before_publish is not None:
+                    before_publish()
                 os.replace(working, self.path)
             finally:
                 for leftover in (working, working.with_name(working.name + ".wal")):
