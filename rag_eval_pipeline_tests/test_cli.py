@@ -951,3 +951,15 @@ def test_a_bad_run_configuration_is_named_in_a_line_without_the_schema(tmp_path,
     assert len(completed.stderr.splitlines()) <= 2, completed.stderr
     assert "Expected:" not in completed.stderr and "pydantic" not in completed.stderr
     assert not warehouse.parent.exists()
+
+
+def test_compare_says_which_run_is_the_candidate(capsys):
+    from rag_eval_pipeline.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compare", "--help"])
+    usage = capsys.readouterr().out
+    assert "usage: rag-eval compare [-h] candidate baseline" in usage
+    assert "candidate minus baseline" in " ".join(usage.split())
+    args = build_parser().parse_args(["compare", "new-run", "old-run"])
+    assert (args.run_a, args.run_b) == ("new-run", "old-run")

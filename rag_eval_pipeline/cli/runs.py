@@ -325,9 +325,16 @@ def add_commands(commands) -> None:
     history.add_argument("--suite", help="default: every suite, each on its own")
     history.set_defaults(handler=command_history)
 
-    compare = commands.add_parser("compare", help="paired comparison of two runs")
-    compare.add_argument("run_a", help="candidate eval_run_id")
-    compare.add_argument("run_b", help="baseline eval_run_id")
+    compare = commands.add_parser(
+        "compare",
+        help="paired comparison of two runs: the candidate first, then the baseline",
+        description="Paired comparison of a candidate run with a baseline run on the same "
+        "golden items: each metric's difference (candidate minus baseline), its interval and "
+        "p-value. Both runs must be complete and comparable (same corpus digest, golden set "
+        "and measure definitions).",
+    )
+    compare.add_argument("run_a", metavar="candidate", help="the candidate's eval_run_id")
+    compare.add_argument("run_b", metavar="baseline", help="the baseline's eval_run_id")
     compare.set_defaults(handler=command_compare)
 
     accept = commands.add_parser(
