@@ -1,7 +1,8 @@
 """Shared fixtures: a small procedure library copied into a temporary folder per test, as a suite.
 
-The fixture suite is named after its golden set, ``golden``: ``<tmp>/suites/golden.yaml`` points
-at ``<tmp>/library/golden.jsonl`` and the snapshots under ``<tmp>/library``.
+The fixture suite is named ``golden``: ``<tmp>/suites/golden.yaml`` points at
+``<tmp>/library/golden.jsonl`` (a golden set named ``library``, after its folder) and the
+snapshots under ``<tmp>/library``.
 """
 
 import shutil

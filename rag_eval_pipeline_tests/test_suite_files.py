@@ -373,3 +373,22 @@ def test_a_date_the_calendar_does_not_have_is_an_error_of_its_file(tmp_path):
     assert [str(problem) for problem in problems] == [
         f"{registry / 'bad.yaml'}: a value is not valid: day is out of range for month"
     ]
+
+
+def test_a_golden_set_is_named_after_its_file_or_its_suite_folder(library, tmp_path):
+    """``golden_sets/<name>.jsonl`` is ``<name>``; ``suites/<suite>/golden.jsonl`` (what an import
+    writes) is ``<suite>``, not "golden" for every suite. The name is not part of the identity."""
+    import shutil
+
+    from rag_eval_pipeline.lib.inputs.golden import load_golden_set
+
+    layouts = {"golden_sets/ward.jsonl": "ward", "suites/cranfield/golden.jsonl": "cranfield"}
+    digests = set()
+    for relative, name in layouts.items():
+        target = tmp_path / relative
+        target.parent.mkdir(parents=True)
+        shutil.copyfile(library / "golden.jsonl", target)
+        golden = load_golden_set(target)
+        assert golden.name == name
+        digests.add(golden.golden_digest)
+    assert len(digests) == 1

@@ -238,7 +238,20 @@ def load_golden_set(path: Path | str) -> GoldenSet:
         ],
         schema=GOLD_SCHEMA,
     )
-    return GoldenSet(path.stem, golden_digest(records), items, gold)
+    return GoldenSet(golden_set_name(path), golden_digest(records), items, gold)
+
+
+GENERIC_GOLDEN_STEM = "golden"
+
+
+def golden_set_name(path: Path) -> str:
+    """The name a golden set is shown by (``eval_runs.golden_set``; its digest, not its name, is
+    part of a run's identity): the file's stem (``golden_sets/procedures.jsonl``: procedures),
+    or for a file named ``golden.jsonl`` (the layout an import writes, ``suites/<suite>/``) its
+    folder's name, so every suite's golden set is not shown as "golden"."""
+    if path.stem == GENERIC_GOLDEN_STEM and path.parent.name:
+        return path.parent.name
+    return path.stem
 
 
 def names_snapshot(label: str, *, snapshot_id: str, corpus_digest: str) -> bool:
