@@ -561,6 +561,51 @@ def test_a_texts_json_is_json_dumps_for_every_character():
             assert corpus._json_text(text) == expected, hex(point)
 
 
+def test_orjson_escapes_every_character_as_json_dumps_does():
+    """The freeze's lines are built with ``orjson.dumps`` of each title and text
+    (``_encoded_block``): its bytes are ``json.dumps(ensure_ascii=False)``'s for every code point
+    (surrogates aside: a text decoded from UTF-8 has none), alone, between newlines and beside
+    a quote and a backslash, and in strings long enough for its vectorised paths."""
+    for point in range(0x110000):
+        if 0xD800 <= point <= 0xDFFF:
+            continue
+        character = chr(point)
+        for text in (character, f"a\n{character}\nb", f'\\{character}"', "x" * 37 + character * 41):
+            expected = json.dumps(text, ensure_ascii=False).encode("utf-8")
+            assert corpus._dumps(text) == expected, hex(point)
+
+
+def tricky_document(value: str, sections: int = 2) -> corpus.Document:
+    return corpus.Document(
+        doc_id="D-1",
+        title=f"Title {value}  ",
+        version=2,
+        effective_date=dt.date(2026, 1, 2),
+        status="superseded",
+        language="en",
+        sections=tuple(
+            (f"Heading {n} {value}", f"Body {value}\nmore {n}\t{value}") for n in range(sections)
+        ),
+        superseded_by="D-1@v3",
+    )
+
+
+@pytest.mark.parametrize("sections", [1, 9, 10, 12])
+@pytest.mark.parametrize("value", TRICKY)
+def test_the_freezes_encoded_block_is_the_canonical_one(value, sections):
+    """``_encoded_block`` (the freeze's and the load's parser, building bytes) gives the block,
+    document digest and passage digests of the canonical lines (``canonical_row``)."""
+    document = tricky_document(value, sections)
+    expected = corpus.canonical_row(document)
+    block, document_digest, passage_digests = corpus._encoded_block(
+        document,
+        [(corpus.normalise_text(t), corpus.normalise_text(x)) for t, x in document.sections],
+    )
+    assert block == expected["block"].encode("utf-8")
+    assert document_digest == expected["document_digest"]
+    assert passage_digests.split(" ") == expected["passage_digests"]
+
+
 def test_a_block_of_ten_sections_or_more_lists_them_by_passage_id():
     """Passage ids sort as strings (``#s10`` before ``#s2``): a block of up to nine sections is
     in section order, a longer one is sorted, as the digest's sorted lines are."""
