@@ -282,6 +282,24 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# Front-matter lines repeat across a library's documents ("status: current", "language: en",
+# an owner): each distinct line is read once. The values are immutable (str, int, date, None).
+@lru_cache(maxsize=8192)
+def _simple_line(line: str) -> tuple[str, object] | None:
+    """``(key, value)`` of a simple ``key: value`` front-matter line, as ``yaml.safe_load``
+    reads it; None when the YAML parser has to read the front matter."""
+    match = _SIMPLE_LINE.fullmatch(line)
+    if match is None:
+        return None
+    key, value = match[1], match[2] or ""
+    if value and (value[0] in _UNSAFE_VALUE_START or _UNSAFE_VALUE_CHARACTERS.search(value)):
+        return None
+    if _plain_scalar(key) != key:
+        return None
+    scalar = _plain_scalar(value)
+    return None if scalar is _UNRESOLVED else (key, scalar)
+
+
 def _simple_front_matter(lines: Sequence[str]) -> dict | None:
     """The front matter as a mapping when every line is a simple ``key: value`` and no key is
     given twice; else None (the YAML parser reads it, and names a repeated key's line)."""
@@ -289,18 +307,10 @@ def _simple_front_matter(lines: Sequence[str]) -> dict | None:
     for line in lines:
         if not line:
             continue
-        match = _SIMPLE_LINE.fullmatch(line)
-        if match is None:
+        pair = _simple_line(line)
+        if pair is None or pair[0] in meta:
             return None
-        key, value = match[1], match[2] or ""
-        if value and (value[0] in _UNSAFE_VALUE_START or _UNSAFE_VALUE_CHARACTERS.search(value)):
-            return None
-        if _plain_scalar(key) != key:
-            return None
-        scalar = _plain_scalar(value)
-        if scalar is _UNRESOLVED or key in meta:
-            return None
-        meta[key] = scalar
+        meta[pair[0]] = pair[1]
     return meta
 
 
@@ -370,16 +380,6 @@ def front_matter(lines: Sequence[str], source: str | Path) -> dict:
 # -- documents ---------------------------------------------------------------------------------
 
 
-def _heading_starts(body: str) -> list[int]:
-    """Offsets of the lines of ``body`` that start with ``## `` (a section heading)."""
-    starts = [0] if body.startswith("## ") else []
-    position = body.find("\n## ")
-    while position >= 0:
-        starts.append(position + 1)
-        position = body.find("\n## ", position + 1)
-    return starts
-
-
 def _key_line(meta_lines: Sequence[str], key: str) -> int:
     """The file's line number of ``key:`` in the front matter (its first ``---`` is line 1), or
     line 1 when the key is not written there (missing, or inside other YAML)."""
@@ -447,18 +447,19 @@ def parse_document(text: str, source: str | Path) -> Document:
         raise fail_at("effective_date", f"effective_date {effective!r} is not YYYY-MM-DD")
 
     body = "" if position < 0 else text[position + 1 :]
-    headings = _heading_starts(body)
-    preamble = body[: headings[0]] if headings else body
+    # A section begins at each line that starts with "## ": the body cut at them is the text
+    # before the first heading, then each section's heading line and text.
+    if body.startswith("## "):
+        preamble, parts = "", body[3:].split("\n## ")
+    else:
+        preamble, *parts = body.split("\n## ")
     if preamble.strip():
         offset = next(i for i, line in enumerate(preamble.split("\n")) if line.strip())
         raise _fail(source, "text before the first '## ' section heading", end + 2 + offset)
     sections: list[tuple[str, str]] = []
-    for position, start in enumerate(headings):
-        line_end = body.find("\n", start)
-        line_end = len(body) if line_end < 0 else line_end
-        stop = headings[position + 1] if position + 1 < len(headings) else len(body)
-        title = body[start + 3 : line_end].strip()
-        sections.append((title, normalise_text(body[line_end + 1 : stop])))
+    for part in parts:
+        title, _, content = part.partition("\n")
+        sections.append((title.strip(), normalise_text(content)))
     if not sections:
         raise _fail(source, "document has no '## ' sections")
     for index, (title, content) in enumerate(sections, start=1):
