@@ -879,9 +879,12 @@ def left_out_warnings(snapshot_dir: Path) -> tuple[str, ...]:
     folder = snapshot_dir / "documents"
     warnings_found = []
     with os.scandir(folder) as entries:
-        for entry in sorted(entries, key=lambda entry: entry.name):
-            if entry.name.startswith(".") or (entry.name.endswith(".md") and not entry.is_dir()):
-                continue
+        left_out = [
+            entry
+            for entry in entries
+            if not entry.name.startswith(".") and (not entry.name.endswith(".md") or entry.is_dir())
+        ]
+        for entry in sorted(left_out, key=lambda entry: entry.name):
             if entry.is_dir():
                 what = "a folder: documents/ is read without its subfolders"
             elif entry.name.lower().endswith(".md"):
