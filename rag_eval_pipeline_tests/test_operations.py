@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -200,7 +201,7 @@ def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(
     library, tmp_path, monkeypatch
 ):
     """A ``rag-eval nightly`` killed with SIGKILL is failed by the daemon's sweep (and by the
-    next night), which posts its alert: the run-status sensor never sees such a run."""
+    next night), which posts its alert: the run-status sensor leaves such a run to them."""
     env = cli_environment(library, tmp_path)
     process = nightly(NIGHT, env)
     wait_for_line(process, "retrieval_run")
@@ -549,8 +550,8 @@ def test_a_failing_gate_posts_an_alert_and_no_url_means_no_alert(library, tmp_pa
 
 
 def test_rag_eval_nightly_posts_the_alert_of_a_failed_gate_itself(library, tmp_path):
-    """A night run by ``rag-eval nightly`` (cron, a CI job) executes in that process, where the
-    daemon's run-status sensor does not see it: the command posts the alert itself, once, and
+    """A night run by ``rag-eval nightly`` (cron, a CI job) executes in that process, which the
+    daemon's run-status sensor leaves to it: the command posts the alert itself, once, and
     exits 1; the evaluation run stays complete (its gates failed, not the run)."""
     gates = tmp_path / "gates.yaml"
     gates.write_text(
@@ -788,3 +789,40 @@ def test_a_failure_counts_as_bad_input_only_when_this_package_raised_an_input_er
         event_specific_data=SimpleNamespace(error=foreign(error)),
     )
     assert not failed_on_input([failure])
+
+
+def test_a_re_execution_of_a_rag_eval_night_is_not_that_processs_run(tmp_path, monkeypatch):
+    """The UI re-executes a night ``rag-eval nightly`` ran (docs/AUDITORS.md §4) with its
+    parent's tags, that process's host and pid among them, but the webserver or the daemon
+    launches it: the abandoned-run sweep leaves it running once that process is gone, and the
+    run-status sensor posts its alert when it fails, while leaving the alert of a run the
+    process executed (and the sweep failed) to them, so it is posted once."""
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG, fail_abandoned_runs
+
+    @dg.op
+    def step() -> None:
+        return None
+
+    @dg.job
+    def night() -> None:
+        step()
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(gone.pid)}
+    instance = dg.DagsterInstance.ephemeral()
+    started = dg.DagsterRunStatus.STARTED
+    parent = instance.create_run_for_job(night, tags=tags, status=started)
+    child = instance.create_run_for_job(
+        night, tags=tags, status=started, parent_run_id=parent.run_id, root_run_id=parent.run_id
+    )
+    warehouse = tmp_path / "w.duckdb"
+    monkeypatch.delenv("RAG_EVAL_ALERT_WEBHOOK", raising=False)
+    assert fail_abandoned_runs(instance, WarehouseResource(path=str(warehouse))) == [parent.run_id]
+    assert instance.get_run_by_id(child.run_id).status == started
+    instance.report_run_failed(instance.get_run_by_id(child.run_id), message="a step failed")
+    with Webhook() as hook:
+        monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+        for run in (parent, child):
+            alert_for_failed_run(run, instance, warehouse)
+    assert [alert["dagster_run_id"] for alert in hook.received] == [child.run_id]

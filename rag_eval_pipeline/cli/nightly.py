@@ -250,7 +250,8 @@ def run_job(
 
     The run is tagged with this machine and process, so a run whose process dies (``kill -9``)
     is failed by the next ``rag-eval nightly`` or the ``abandoned_runs`` sensor. An interrupt
-    (SIGINT, SIGTERM) fails the Dagster run and its evaluation run, then exits at once.
+    (SIGINT, SIGTERM) fails the Dagster run and its evaluation run, then exits at once. The run
+    names the code location's job as its origin (``job_origin``), so the UI can re-execute it.
     """
     import dagster as dg
 
@@ -267,17 +268,18 @@ def run_job(
         "loggers": loggers | ({"step_progress": {}} if in_process else {}),
     }
     tags = {**(tags or {}), HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    origin = job_origin(defs, job_name)
     try:
         with interrupts_stop_the_run():
             if in_process:
-                return defs.resolve_job_def(job_name).execute_in_process(
-                    run_config=config,
-                    partition_key=key,
-                    instance=instance,
-                    raise_on_error=False,
-                    tags=tags,
-                )
-            result = execute_on_workers(instance, job_name, key, config, tags)
+                from dagster._core.definitions.job_base import InMemoryJob
+                from dagster._core.execution.execute_in_process import merge_run_tags
+
+                job_def = defs.resolve_job_def(job_name)
+                # The partition's tags (its key checked) as ``execute_in_process`` adds them.
+                tags = merge_run_tags(job_def, key, tags, None, instance, config)
+                return execute_here(instance, InMemoryJob(job_def), config, tags, origin)
+            result = execute_on_workers(instance, job_name, key, config, tags, origin)
             print_finished_steps(instance, result.run_id)
             return result
     except dg.DagsterInvalidConfigError as error:
@@ -294,12 +296,52 @@ def run_job(
         os._exit(interrupted_exit_code(name))
 
 
-def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: dict):
+# The code location as ``workspace.yaml`` declares it to the webserver and the daemon.
+CODE_LOCATION = "rag_eval_pipeline"
+DEFINITIONS_MODULE = "rag_eval_pipeline.definitions"
+
+
+def job_origin(defs, job_name: str):
+    """The origin a run of ``job_name`` carries when the webserver or the daemon launches it:
+    the job in the one repository of the code location ``workspace.yaml`` loads. The UI
+    re-executes a run in the code location its origin names, and refuses a run without one
+    (``CheckError: Expected non-None value``); no code server is started for it here."""
+    from dagster._core.remote_origin import (
+        ManagedGrpcPythonEnvCodeLocationOrigin,
+        RemoteJobOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(
+        LoadableTargetOrigin(module_name=DEFINITIONS_MODULE), location_name=CODE_LOCATION
+    )
+    repository = RemoteRepositoryOrigin(location, defs.get_repository_def().name)
+    return RemoteJobOrigin(repository, job_name)
+
+
+def execute_here(instance, job, config: dict, tags: dict, origin):
+    """Create the run of ``job`` with ``origin`` (as ``instance.create_run_for_job`` does for
+    ``execute_in_process`` and ``execute_job``, which take no origin), then execute it from this
+    process on the job's executor, as they do, failures recorded rather than raised."""
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+    from dagster._core.execution.api import execute_run
+
+    job_def = job.get_definition()
+    run = instance.create_run_for_job(
+        job_def=job_def,
+        run_config=config,
+        tags={**job_def.run_tags, **tags},
+        remote_job_origin=origin,
+        job_code_origin=job.get_python_origin() if isinstance(job, ReconstructableJob) else None,
+    )
+    return execute_run(job, run, instance, raise_on_error=False)
+
+
+def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: dict, origin):
     """Run a job whose steps run in other processes (multiprocess, Celery workers): they rebuild
     the job from the environment (``defs.reconstruct``), so every process must see the same
     ``RAG_EVAL_*`` variables and instance. The run id is the instance's."""
-    import dagster as dg
-
     from rag_eval_pipeline.defs.reconstruct import reconstructable_job
 
     night, suite = key.split("|")
@@ -308,12 +350,8 @@ def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: di
         "dagster/partition/night": night,
         "dagster/partition/suite": suite,
     }
-    return dg.execute_job(
-        reconstructable_job(job_name),
-        instance=instance,
-        run_config=config,
-        tags={**tags, **partition_tags},
-        raise_on_error=False,
+    return execute_here(
+        instance, reconstructable_job(job_name), config, {**tags, **partition_tags}, origin
     )
 
 
@@ -337,11 +375,11 @@ def end_interrupted_runs(instance, tags: dict, reason: str) -> None:
     import dagster as dg
 
     from rag_eval_pipeline.defs.alerts import abandon_eval_run
-    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG, executed_by_rag_eval
 
     mine = dg.RunsFilter(tags={HOST_TAG: tags[HOST_TAG], PID_TAG: tags[PID_TAG]})
     for run in instance.get_runs(filters=mine):
-        if run.status == dg.DagsterRunStatus.SUCCESS:
+        if run.status == dg.DagsterRunStatus.SUCCESS or not executed_by_rag_eval(run):
             continue
         if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING):
             instance.report_run_failed(run, message=reason)

@@ -57,8 +57,8 @@ def alert_failed_run(
     """What a failed run brings: its evaluation run marked failed (when it had not completed)
     and an alert posted to the webhook in ``RAG_EVAL_ALERT_WEBHOOK``, if one is set. The sensor
     does this for the runs the daemon sees; ``rag-eval nightly`` for the runs it executes in
-    its own process, which a run-status sensor does not see. Returns the webhook's HTTP status,
-    or None when no webhook is set."""
+    its own process, which the sensor leaves to it. Returns the webhook's HTTP status, or None
+    when no webhook is set."""
     abandon_eval_run(run, message, warehouse_db)
     alert = alert_for(
         dagster_run_id=run.run_id,
@@ -107,7 +107,14 @@ def alert_not_comparable(run: dg.DagsterRun | None, summary: dict, reason: str, 
     description="Marks a failed night's evaluation run failed and posts an alert to the webhook.",
 )
 def failure_alerts(context: dg.RunFailureSensorContext, warehouse_db: WarehouseResource):
+    from rag_eval_pipeline.defs.sensors import executed_by_rag_eval
+
     run = context.dagster_run
+    if executed_by_rag_eval(run):
+        # Its process (or the abandoned-run sweep, for one whose process died) alerts for it;
+        # an interrupted one is reported by that process's exit status, not an alert.
+        context.log.info(f"run {run.run_id} was executed by rag-eval, which alerts for it")
+        return
     reason = failure_reason(
         context.instance, run.run_id, context.failure_event.message or "the run failed"
     )

@@ -48,6 +48,13 @@ PID_TAG = "rag_eval/pid"
 PAGE = 100
 
 
+def executed_by_rag_eval(run: dg.DagsterRun) -> bool:
+    """Whether ``run`` was executed in the ``rag-eval`` process its host and pid tags name.
+    A re-execution never is: the webserver or the daemon launches it, and Dagster copies its
+    parent's tags onto it (the UI re-executes with them), that process's among them."""
+    return bool(run.tags.get(PID_TAG)) and run.parent_run_id is None
+
+
 def rebaseline_run_config(summary: dict) -> dict:
     """Run configuration that re-creates the baseline's reference-system configuration."""
     stored = json.loads(summary.get("baseline_system_config") or "{}")
@@ -191,7 +198,9 @@ def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
             made: list[dg.RunRequest] = []
             state = (
                 in_process_state(run)
-                if run is not None and run.tags.get(GUARD_TAG) == IN_PROCESS
+                if run is not None
+                and run.tags.get(GUARD_TAG) == IN_PROCESS
+                and executed_by_rag_eval(run)
                 else None
             )
             if state == DECIDED:
@@ -251,7 +260,11 @@ def fail_abandoned_runs(
     active = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING])
     for run in instance.get_runs(filters=active, limit=500):
         pid = run.tags.get(PID_TAG)
-        if run.tags.get(HOST_TAG) != host or not pid or process_alive(int(pid)):
+        if (
+            not executed_by_rag_eval(run)
+            or run.tags.get(HOST_TAG) != host
+            or process_alive(int(pid))
+        ):
             continue
         reason = f"the process that ran it (pid {pid} on {host}) is gone"
         instance.report_run_failed(run, message=reason)
