@@ -709,7 +709,7 @@ def test_rag_eval_sql_reads_the_warehouse_and_never_writes_it(tmp_path):
 
 
 def test_the_latest_summary_mentions_a_later_night_that_did_not_finish(library, tmp_path):
-    """``rag-eval summary`` without a run id shows the latest completed run; a run begun after
+    """``rag-eval summary`` without a run id shows the latest night's completed run; a run begun after
     it that failed (tonight's, killed) is named on stderr, so it is not read past."""
     from rag_eval_pipeline.lib.runs import registry
     from rag_eval_pipeline.lib.store.warehouse import Warehouse
@@ -735,11 +735,29 @@ def test_the_latest_summary_mentions_a_later_night_that_did_not_finish(library, 
         registry.fail_run(connection, runs[1], "killed during generation_run")
     shown = rag_eval("summary", env=env)
     assert shown.returncode == 0 and f"Evaluation run {runs[0]}" in shown.stdout
-    assert shown.stderr == (
+    warned = (
         f"warning: {runs[1]} (night 2026-10-16), begun after this run, is failed: killed during "
         "generation_run\n"
     )
+    assert shown.stderr == warned
     assert "warning" not in rag_eval("summary", runs[0], env=env).stderr
+    # A backfilled older night completing after it neither takes the latest night's place nor
+    # hides the failed one.
+    backfill = materialize_suite(
+        "2026-10-14", SUITE, fixture_resources(library, warehouse), assets=fixture_assets()
+    )
+    older = backfill.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+    shown = rag_eval("summary", env=env)
+    assert f"Evaluation run {runs[0]}" in shown.stdout and older not in shown.stdout
+    assert shown.stderr == warned
+    later = rag_eval("summary", older, env=env)
+    assert later.returncode == 0 and "warning" not in later.stderr
+    # The failed night completed again: nothing is left unfinished, and it is shown.
+    materialize_suite(
+        "2026-10-16", SUITE, fixture_resources(library, warehouse), assets=fixture_assets()
+    )
+    shown = rag_eval("summary", env=env)
+    assert f"Evaluation run {runs[1]}" in shown.stdout and "warning" not in shown.stderr
 
 
 def test_the_summary_says_when_a_complete_run_has_no_report(library, tmp_path):

@@ -17,18 +17,31 @@ WHERE eval_run_id = $eval_run_id AND status <> 'complete'
 SELECT * FROM eval_runs WHERE eval_run_id = $eval_run_id
 
 -- name: latest_complete
+-- The completed run of the latest night (of the suite, if given): a backfilled older night that
+-- completes later does not take its place; of one night, its own run before a re-baseline run.
 SELECT eval_run_id FROM eval_runs
 WHERE complete AND ($suite IS NULL OR suite = $suite)
-ORDER BY completed_at DESC
+ORDER BY partition_date DESC, rebaseline_for IS NULL DESC, completed_at DESC
 LIMIT 1
 
 -- name: newer_unfinished
--- Runs begun after a completed one that did not complete (of the suite, if given), newest first:
--- what a summary of the latest completed run mentions, so a failed night is not read past.
-SELECT eval_run_id, partition_date, status, status_reason FROM eval_runs
-WHERE NOT complete AND ($suite IS NULL OR suite = $suite)
-  AND started_at > (SELECT started_at FROM eval_runs WHERE eval_run_id = $eval_run_id)
-ORDER BY started_at DESC
+-- Runs that did not complete (of the suite, if given), of a later night than a completed run or
+-- begun after it, whose night has not completed since (another attempt, other settings), newest
+-- first: what a summary of the latest completed run mentions, so a failed night is not read
+-- past, nor hidden by a backfilled older night completing after it.
+WITH shown AS (SELECT partition_date, started_at FROM eval_runs WHERE eval_run_id = $eval_run_id)
+SELECT unfinished.eval_run_id, unfinished.partition_date, unfinished.status,
+       unfinished.status_reason, unfinished.started_at > shown.started_at AS begun_after
+FROM eval_runs AS unfinished, shown
+WHERE NOT unfinished.complete AND ($suite IS NULL OR unfinished.suite = $suite)
+  AND (unfinished.partition_date > shown.partition_date
+       OR unfinished.started_at > shown.started_at)
+  AND NOT EXISTS (
+      SELECT 1 FROM eval_runs AS since
+      WHERE since.complete AND since.suite = unfinished.suite
+        AND since.partition_date = unfinished.partition_date
+        AND since.started_at > unfinished.started_at)
+ORDER BY unfinished.started_at DESC
 
 -- name: latest_complete_of_partition
 -- The run a comparison of one night's partition is about (re-baseline runs excluded).

@@ -52,13 +52,13 @@ def command_summary(args: argparse.Namespace) -> int:
                 sql_query("runs", "newer_unfinished"), {"suite": args.suite, "eval_run_id": run_id}
             ).fetchall()
         )
-    for unfinished, night, status, reason in newer:
-        # The latest completed run is shown; one begun after it that did not finish is not
-        # passed over in silence (tonight's failed night, say).
+    for unfinished, night, status, reason, begun_after in newer:
+        # The latest night's completed run is shown; one of a later night or begun after it
+        # that did not finish is not passed over in silence (tonight's failed night, say).
         why = f": {reason}" if reason else ""
+        relation = "begun after this run" if begun_after else "a later night than this run's"
         print(
-            f"warning: {unfinished} (night {night}), begun after this run, is {status}{why}",
-            file=sys.stderr,
+            f"warning: {unfinished} (night {night}), {relation}, is {status}{why}", file=sys.stderr
         )
     if args.json:
         print(json.dumps(headline, indent=2, default=str))
