@@ -549,6 +549,60 @@ def test_a_failing_gate_posts_an_alert_and_no_url_means_no_alert(library, tmp_pa
     assert hook.url not in json.dumps(alert)
 
 
+def test_a_night_ended_after_its_publish_alerts_its_recorded_gate_failures(
+    library, tmp_path, monkeypatch
+):
+    """A night killed after eval_summary published it and before release_checks reported its
+    gates: the warehouse holds the run complete with a failed gate, and the alert of its failed
+    Dagster run (no check evaluated in it) names that gate (``gate_failure``), not only that the
+    process is gone."""
+    from rag_eval_pipeline.defs.alerts import alert_failed_run
+    from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
+
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "version: 1\ngates:\n  - name: impossible_recall\n    table: retrieval_metrics\n"
+        "    metric: R@1\n    statistic: value\n    op: '>='\n    threshold: 1.01\n"
+    )
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse),
+        instance=instance,
+        assets=evaluation_assets(gates),
+    )
+    eval_run_id = result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+
+    @dg.op
+    def step() -> None:
+        return None
+
+    @dg.job
+    def night() -> None:
+        step()
+
+    # The same evaluation run in a Dagster run that ended before its release checks.
+    killed = instance.create_run_for_job(
+        night, tags={EVAL_RUN_TAG: eval_run_id}, status=dg.DagsterRunStatus.STARTED
+    )
+    gone = "the process that ran it (pid 1 on host) is gone"
+    with Webhook() as hook:
+        monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+        alert_failed_run(instance, killed, gone, WarehouseResource(path=str(warehouse)))
+    [alert] = hook.received
+    assert alert["kind"] == "gate_failure", alert
+    assert alert["eval_run_id"] == eval_run_id
+    assert "gate_impossible_recall" in alert["text"] and "R@1" in alert["text"]
+    assert "recorded with the run" in alert["text"]
+    with duckdb.connect(str(warehouse), read_only=True) as connection:
+        [(status,)] = connection.sql(
+            "SELECT status FROM eval_runs WHERE eval_run_id = $run", params={"run": eval_run_id}
+        ).fetchall()
+    assert status == "complete"
+
+
 def test_rag_eval_nightly_posts_the_alert_of_a_failed_gate_itself(library, tmp_path):
     """A night run by ``rag-eval nightly`` (cron, a CI job) executes in that process, which the
     daemon's run-status sensor leaves to it: the command posts the alert itself, once, and

@@ -8,11 +8,16 @@ not completed, and posts a short JSON message to the webhook in ``RAG_EVAL_ALERT
 """
 
 import dagster as dg
+import duckdb
 
 from rag_eval_pipeline.defs.resources import WarehouseResource
 from rag_eval_pipeline.lib.reporting.alerts import alert_for, not_comparable_alert, post_alert
+from rag_eval_pipeline.lib.runs import registry
 from rag_eval_pipeline.lib.runs.failures import step_failure_lines
+from rag_eval_pipeline.lib.runs.gates import FAILED
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
+from rag_eval_pipeline.lib.store.sql import sql_query
+from rag_eval_pipeline.lib.store.warehouse import read_frame
 
 WEBHOOK_VARIABLE = "RAG_EVAL_ALERT_WEBHOOK"
 
@@ -39,6 +44,34 @@ def failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, 
     return failed
 
 
+def recorded_gate_failures(eval_run_id: str | None, warehouse_db: WarehouseResource) -> list:
+    """``(check name, message)`` of the gates that failed on a completed evaluation run, as its
+    summary recorded them (``gate_results``): for a run that ended after its publish and before
+    its ``release_checks`` step reported them (killed there), whose alert would otherwise say
+    only that the process is gone while the warehouse holds the run complete, its gates failed."""
+    warehouse = warehouse_db.warehouse()
+    if not eval_run_id or not warehouse.exists():
+        return []
+    with warehouse.reading() as connection:
+        run = registry.run_row(connection, eval_run_id)
+        if run is None or not run["complete"]:
+            return []
+        try:
+            rows = read_frame(
+                connection, sql_query("gates", "recorded_results"), {"run": eval_run_id}
+            )
+        except duckdb.CatalogException:  # a warehouse written before runs kept their gates
+            return []
+    return [
+        (
+            f"gate_{row['gate']}",
+            f"{row['message']} (recorded with the run; not reported as a check)",
+        )
+        for row in rows.iter_rows(named=True)
+        if row["status"] == FAILED
+    ]
+
+
 def abandon_eval_run(run: dg.DagsterRun, message: str, warehouse_db: WarehouseResource) -> None:
     """Mark the evaluation run of a failed Dagster run failed, with ``message`` (a run that had
     completed stays complete: a failed gate does not undo it)."""
@@ -60,12 +93,15 @@ def alert_failed_run(
     its own process, which the sensor leaves to it. Returns the webhook's HTTP status, or None
     when no webhook is set."""
     abandon_eval_run(run, message, warehouse_db)
+    checks = failed_checks(instance, run.run_id)
+    if not any(name.startswith("gate_") for name, _ in checks):
+        checks += recorded_gate_failures(run.tags.get(EVAL_RUN_TAG), warehouse_db)
     alert = alert_for(
         dagster_run_id=run.run_id,
         job=run.job_name,
         partition=run.tags.get("dagster/partition"),
         eval_run_id=run.tags.get(EVAL_RUN_TAG),
-        failed_checks=failed_checks(instance, run.run_id),
+        failed_checks=checks,
         failure_message=message,
     )
     return post_configured(alert, log)
