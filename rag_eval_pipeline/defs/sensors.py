@@ -196,11 +196,12 @@ def build_comparison_guard(jobs: list) -> dg.SensorDefinition:
                 continue
             run = context.instance.get_run_by_id(run_id)
             made: list[dg.RunRequest] = []
+            # A re-execution carries its parent's guard tag but is the daemon's run to decide.
             state = (
                 in_process_state(run)
                 if run is not None
                 and run.tags.get(GUARD_TAG) == IN_PROCESS
-                and executed_by_rag_eval(run)
+                and run.parent_run_id is None
                 else None
             )
             if state == DECIDED:
