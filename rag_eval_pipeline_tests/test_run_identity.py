@@ -372,6 +372,29 @@ def test_runs_measured_with_different_definitions_do_not_compare():
     )
 
 
+def test_a_backfilled_night_older_than_its_baseline_is_not_advised_a_re_baseline():
+    """A night backfilled after a later night became the baseline, on an older snapshot: the
+    re-baseline advice would move the baseline back to it (and the later nights would no longer
+    compare), so the reason says so and advises comparing it by hand instead."""
+    row = {**_record().as_row(), "partition_date": "2026-10-15", "system_id": "reference-bm25"}
+    baseline = {
+        **row,
+        "eval_run_id": "2026-12-04-base",
+        "partition_date": "2026-12-04",
+        "corpus_digest": "f" * 64,
+    }
+    comparable, reason = comparability(row, baseline)
+    assert not comparable and "rag-eval rebaseline" not in reason
+    assert (
+        "Night 2026-10-15 is older than the baseline's night 2026-12-04 (a backfill): "
+        "re-baselining to it would move the baseline back"
+    ) in reason
+    assert f"rag-eval compare {row['eval_run_id']} <run>" in reason
+    # A later night on another snapshot is still advised the re-baseline.
+    later = {**row, "partition_date": "2026-12-05"}
+    assert "rag-eval rebaseline --partition 2026-12-05" in comparability(later, baseline)[1]
+
+
 def test_two_runs_compared_by_hand_are_named_as_runs_without_re_baseline_advice():
     """``rag-eval compare A B``: B is any run, not the suite's baseline, so the refusal names
     both as runs and advises no re-baseline of A."""

@@ -334,6 +334,18 @@ def comparability(
         return False, "not comparable: " + "; ".join(problems)
     suite = candidate.get("suite")
     suite_option = f" --suite {suite}" if suite else ""
+    night, baseline_night = candidate.get("partition_date"), baseline.get("partition_date")
+    if night and baseline_night and str(night) < str(baseline_night):
+        # A backfilled night: the advice below would move the baseline back to it.
+        return False, (
+            "not comparable: "
+            + "; ".join(problems)
+            + f". Night {night} is older than the baseline's night {baseline_night} (a backfill):"
+            + " re-baselining to it would move the baseline back, and the nights after it would"
+            + " no longer compare; compare it by hand with a run on its own snapshot"
+            + f" (rag-eval compare {candidate.get('eval_run_id') or '<run>'} <run>), or backfill"
+            + " older nights before the first scheduled night completes"
+        )
     system = baseline.get("system_id")
     if system and system != REFERENCE_SYSTEM_ID:
         return False, (
