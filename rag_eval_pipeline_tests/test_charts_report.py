@@ -570,6 +570,11 @@ def test_the_summary_of_a_run_that_did_not_finish_says_so_for_every_missing_figu
     assert "  Success@5                    not measured (the run did not finish)" in text
     assert "  answer_correct_rate          not measured (the run did not finish)" in text
     assert "  out_of_scope:                not measured (the run did not finish)" in text
+    # Nor is a section left as a bare heading.
+    assert (
+        "Context sufficient x answer correct (answerable items):\n"
+        "  not measured (the run did not finish)"
+    ) in text
     assert "Release gates: none recorded for this run (not checked: the run did not finish)" in text
     assert "no items of this stratum" not in text and "no must_mention" not in text
     complete = format_summary({**headline, "status": "complete"})

@@ -234,6 +234,11 @@ def format_summary(
             f"  sufficient={c['context_sufficient']!s:<5}  correct={c['answer_correct']!s:<5}  {c['count']}"
             for c in headline["sufficiency_correctness"]
         ),
+        *(
+            []
+            if headline["sufficiency_correctness"]
+            else ["  not measured" + ("" if finished else f" ({UNFINISHED})")]
+        ),
     ]
     threshold = headline.get("recommended_threshold")
     if threshold:
