@@ -246,3 +246,43 @@ def test_a_run_whose_report_fails_is_not_published(library, tmp_path, monkeypatc
         runs = rows(connection, query)
     assert [status for _, status, _ in runs] == ["complete", "complete"]
     assert sorted(reports.iterdir()) == sorted(Path(report) for _, _, report in runs)
+
+
+def test_a_publish_that_fails_while_the_report_is_drawn_leaves_no_page(
+    library, tmp_path, monkeypatch
+):
+    """The warehouse copy cannot be written out (the disk is full) while the report is still
+    being drawn: the night is not published, and the page the painter then writes is removed
+    (it is joined before its temporary file is), so nothing is left beside the reports."""
+    import os
+    import time
+
+    from rag_eval_pipeline.defs import eval_summary
+    from rag_eval_pipeline.lib.store import warehouse as warehouse_module
+
+    path = tmp_path / "warehouse" / "rag_eval.duckdb"
+    reports = path.parent / "reports"
+    assert materialize_night(library, path, "2026-10-15").success
+    (earlier,) = list(reports.iterdir())
+    drawn = eval_summary.write_report
+
+    def slow_page(report_data, draft):
+        time.sleep(0.5)  # still drawing when the publish fails
+        return drawn(report_data, draft)
+
+    class FullDisk:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def fsync(_descriptor):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(eval_summary, "write_report", slow_page)
+    monkeypatch.setattr(warehouse_module, "os", FullDisk())
+    assert not materialize_night(library, path, "2026-10-16").success
+    monkeypatch.undo()
+    assert list(reports.iterdir()) == [earlier]
+    with duckdb.connect(str(path), read_only=True) as connection:
+        nights = rows(connection, "SELECT partition_date::VARCHAR FROM eval_runs")
+    assert nights == [("2026-10-15",)]

@@ -6,7 +6,9 @@ tables; the step after it (``defs.release_checks``) reports them as blocking ass
 ``eval_summary``, beside the ``published`` check of every metric table.
 """
 
+import os
 import threading
+import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +19,6 @@ import polars as pl
 from rag_eval_pipeline.defs.metadata import evaluation_asset, run_link, table_metadata
 from rag_eval_pipeline.defs.resources import WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of
-from rag_eval_pipeline.lib.files import replaced_atomically
 from rag_eval_pipeline.lib.reporting.charts import import_drawing_modules
 from rag_eval_pipeline.lib.reporting.report import (
     load_report_data,
@@ -95,24 +96,34 @@ def build_eval_summary(
         drawing = threading.Thread(target=import_drawing_modules, daemon=True)
         drawing.start()
         report: list[Future] = []
-        with (
-            ThreadPoolExecutor(1) as painter,
-            replaced_atomically(report_file) as draft,
-            warehouse_db.publishing(before_publish=lambda: report[0].result()) as connection,
-        ):
-            finished = finish_run(
-                connection,
-                warehouse_db.run_store(),
-                record,
-                report_path=str(report_file),
-                seed=record.settings.seed,
-                max_judge_error_share=gates.max_judge_error_share,
-            )
-            results = gate_results(connection, record.eval_run_id, finished.headline, gates)
-            record_gate_results(connection, record.eval_run_id, results, gates)
-            report_data = load_report_data(connection, record.eval_run_id)
-            drawing.join()
-            report.append(painter.submit(write_report, report_data, draft))
+        report_file.parent.mkdir(parents=True, exist_ok=True)
+        draft = report_file.with_name(f".{report_file.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            # Exited in reverse: the publish (the report awaited before it, renamed into place
+            # just after, under its lock), then the painter joined, then the draft removed if
+            # it is still there (the publish failed), so no partial page is ever left.
+            with (
+                ThreadPoolExecutor(1) as painter,
+                warehouse_db.publishing(
+                    before_publish=lambda: report[0].result(),
+                    after_publish=lambda: os.replace(draft, report_file),
+                ) as connection,
+            ):
+                finished = finish_run(
+                    connection,
+                    warehouse_db.run_store(),
+                    record,
+                    report_path=str(report_file),
+                    seed=record.settings.seed,
+                    max_judge_error_share=gates.max_judge_error_share,
+                )
+                results = gate_results(connection, record.eval_run_id, finished.headline, gates)
+                record_gate_results(connection, record.eval_run_id, results, gates)
+                report_data = load_report_data(connection, record.eval_run_id)
+                drawing.join()
+                report.append(painter.submit(write_report, report_data, draft))
+        finally:
+            draft.unlink(missing_ok=True)
         rendered = report[0].result()
         if finished.replaced:
             context.log.warning(finished.replaced)

@@ -119,12 +119,17 @@ class WarehouseResource(dg.ConfigurableResource):
 
     @contextmanager
     def publishing(
-        self, before_publish: Callable[[], None] | None = None
+        self,
+        before_publish: Callable[[], None] | None = None,
+        after_publish: Callable[[], None] | None = None,
     ) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to write the warehouse through (the run store's records synced first;
         ``lib.runs.lifecycle.publishing``), published when the block ends, after
-        ``before_publish`` has returned."""
-        with publishing(self.warehouse(), self.run_store(), before_publish) as connection:
+        ``before_publish`` has returned; ``after_publish`` is called once it is, under the
+        publish lock."""
+        with publishing(
+            self.warehouse(), self.run_store(), before_publish, after_publish
+        ) as connection:
             yield connection
 
     def abandon(self, eval_run_id: str, reason: str) -> None:

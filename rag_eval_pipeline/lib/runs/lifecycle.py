@@ -130,12 +130,15 @@ def sync_records(connection: duckdb.DuckDBPyConnection, store: RunStore) -> list
 
 @contextmanager
 def publishing(
-    warehouse: Warehouse, store: RunStore, before_publish: Callable[[], None] | None = None
+    warehouse: Warehouse,
+    store: RunStore,
+    before_publish: Callable[[], None] | None = None,
+    after_publish: Callable[[], None] | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A writing connection to the warehouse (``Warehouse.writing``, ``before_publish`` called
-    just before it is published) with the run store's records synced first: every writer goes
-    through here."""
-    with warehouse.writing(before_publish) as connection:
+    just before it is published, ``after_publish`` just after, under its lock) with the run
+    store's records synced first: every writer goes through here."""
+    with warehouse.writing(before_publish, after_publish) as connection:
         sync_records(connection, store)
         yield connection
 

@@ -119,13 +119,17 @@ class Warehouse:
 
     @contextmanager
     def writing(
-        self, before_publish: Callable[[], None] | None = None
+        self,
+        before_publish: Callable[[], None] | None = None,
+        after_publish: Callable[[], None] | None = None,
     ) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to a private copy, published atomically when the block ends without error.
 
         ``before_publish`` is called once the copy is written out, just before it replaces the
         warehouse: what must exist before readers see the new figures (a run's report) is
-        finished there, and if it raises nothing is published."""
+        finished there, and if it raises nothing is published. ``after_publish`` is called
+        right after, still under the publish lock, so what it puts in place (the report
+        renamed into place) follows the publishes in their order."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
             self._remove_abandoned_copies()
@@ -145,6 +149,8 @@ class Warehouse:
                 if before_publish is not None:
                     before_publish()
                 os.replace(working, self.path)
+                if after_publish is not None:
+                    after_publish()
             finally:
                 for leftover in (working, working.with_name(working.name + ".wal")):
                     leftover.unlink(missing_ok=True)
