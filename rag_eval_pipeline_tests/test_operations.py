@@ -558,6 +558,7 @@ def test_a_night_ended_after_its_publish_alerts_its_recorded_gate_failures(
     process is gone."""
     from rag_eval_pipeline.defs.alerts import alert_failed_run
     from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
 
     gates = tmp_path / "gates.yaml"
     gates.write_text(
@@ -583,15 +584,27 @@ def test_a_night_ended_after_its_publish_alerts_its_recorded_gate_failures(
     def night() -> None:
         step()
 
-    # The same evaluation run in a Dagster run that ended before its release checks.
-    killed = instance.create_run_for_job(
-        night, tags={EVAL_RUN_TAG: eval_run_id}, status=dg.DagsterRunStatus.STARTED
-    )
+    # The evaluation run as published by a Dagster run that ended before its release checks.
+    def attempt():
+        return instance.create_run_for_job(
+            night, tags={EVAL_RUN_TAG: eval_run_id}, status=dg.DagsterRunStatus.STARTED
+        )
+
+    killed, later = attempt(), attempt()
+    with Warehouse(warehouse).writing() as connection:
+        connection.execute(
+            "UPDATE eval_run_records SET dagster_run_id = $dagster WHERE eval_run_id = $run",
+            {"dagster": killed.run_id, "run": eval_run_id},
+        )
     gone = "the process that ran it (pid 1 on host) is gone"
+    refused = "step retrieval_run failed: connection refused"
     with Webhook() as hook:
         monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
         alert_failed_run(instance, killed, gone, WarehouseResource(path=str(warehouse)))
-    [alert] = hook.received
+        # A later attempt of the same evaluation run failed before its publish: its own failure.
+        alert_failed_run(instance, later, refused, WarehouseResource(path=str(warehouse)))
+    alert, again = hook.received
+    assert again["kind"] == "run_failure" and refused in again["text"]
     assert alert["kind"] == "gate_failure", alert
     assert alert["eval_run_id"] == eval_run_id
     assert "gate_impossible_recall" in alert["text"] and "R@1" in alert["text"]

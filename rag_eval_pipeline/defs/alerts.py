@@ -44,17 +44,20 @@ def failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, 
     return failed
 
 
-def recorded_gate_failures(eval_run_id: str | None, warehouse_db: WarehouseResource) -> list:
-    """``(check name, message)`` of the gates that failed on a completed evaluation run, as its
-    summary recorded them (``gate_results``): for a run that ended after its publish and before
-    its ``release_checks`` step reported them (killed there), whose alert would otherwise say
-    only that the process is gone while the warehouse holds the run complete, its gates failed."""
+def recorded_gate_failures(run: dg.DagsterRun, warehouse_db: WarehouseResource) -> list:
+    """``(check name, message)`` of the gates that failed on the evaluation run this Dagster run
+    completed, as its summary recorded them (``gate_results``): for a run that ended after its
+    publish and before its ``release_checks`` step reported them (killed there), whose alert
+    would otherwise say only that the process is gone while the warehouse holds the run
+    complete, its gates failed. Only when this Dagster run published it: a later attempt of the
+    same evaluation run that failed before its publish is alerted for its own failure."""
+    eval_run_id = run.tags.get(EVAL_RUN_TAG)
     warehouse = warehouse_db.warehouse()
     if not eval_run_id or not warehouse.exists():
         return []
     with warehouse.reading() as connection:
-        run = registry.run_row(connection, eval_run_id)
-        if run is None or not run["complete"]:
+        row = registry.run_row(connection, eval_run_id)
+        if row is None or not row["complete"] or row["dagster_run_id"] != run.run_id:
             return []
         try:
             rows = read_frame(
@@ -95,7 +98,7 @@ def alert_failed_run(
     abandon_eval_run(run, message, warehouse_db)
     checks = failed_checks(instance, run.run_id)
     if not any(name.startswith("gate_") for name, _ in checks):
-        checks += recorded_gate_failures(run.tags.get(EVAL_RUN_TAG), warehouse_db)
+        checks += recorded_gate_failures(run, warehouse_db)
     alert = alert_for(
         dagster_run_id=run.run_id,
         job=run.job_name,
