@@ -390,9 +390,12 @@ def test_a_backfilled_night_older_than_its_baseline_is_not_advised_a_re_baseline
         "re-baselining to it would move the baseline back"
     ) in reason
     assert f"rag-eval compare {row['eval_run_id']} <run>" in reason
-    # A later night on another snapshot is still advised the re-baseline.
+    # A later night on another snapshot is still advised the re-baseline, also against a
+    # baseline of no night (a warehouse's earliest runs, "adhoc").
     later = {**row, "partition_date": "2026-12-05"}
     assert "rag-eval rebaseline --partition 2026-12-05" in comparability(later, baseline)[1]
+    adhoc = {**baseline, "partition_date": "adhoc"}
+    assert "rag-eval rebaseline --partition 2026-12-05" in comparability(later, adhoc)[1]
 
 
 def test_two_runs_compared_by_hand_are_named_as_runs_without_re_baseline_advice():
@@ -471,3 +474,30 @@ def test_the_release_checks_run_alone_without_a_night_say_how_to_run_them(librar
     [failure] = [e for e in result.all_events if e.is_step_failure]
     assert failure.step_key == "release_checks"
     assert failure.step_failure_data.user_failure_data.description == NO_PARTITION
+
+
+def test_the_latest_night_comes_before_runs_of_no_night_and_re_baselines():
+    """``rag-eval summary``'s default run (``runs.latest_complete``): the latest night's own
+    run, before a re-baseline run of that night, an older night completed later (a backfill)
+    and a warehouse's earliest runs of no night ("adhoc", which sorts after every date)."""
+    import duckdb
+
+    from rag_eval_pipeline.lib.store.sql import sql_query
+
+    with duckdb.connect() as connection:
+        connection.execute(
+            "CREATE TABLE eval_runs (eval_run_id VARCHAR, suite VARCHAR, partition_date VARCHAR, "
+            "complete BOOLEAN, rebaseline_for VARCHAR, completed_at TIMESTAMP)"
+        )
+        connection.execute(
+            "INSERT INTO eval_runs VALUES "
+            "('legacy', 'procedures', 'adhoc', true, NULL, '2026-12-09'), "
+            "('night', 'procedures', '2026-12-04', true, NULL, '2026-12-04 02:10'), "
+            "('rebase', 'procedures', '2026-12-04', true, 'night', '2026-12-04 02:20'), "
+            "('backfill', 'procedures', '2026-10-15', true, NULL, '2026-12-04 03:00'), "
+            "('failed', 'procedures', '2026-12-05', false, NULL, NULL)"
+        )
+        latest = connection.execute(
+            sql_query("runs", "latest_complete"), {"suite": "procedures"}
+        ).fetchall()
+    assert latest == [("night",)]

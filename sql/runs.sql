@@ -19,9 +19,11 @@ SELECT * FROM eval_runs WHERE eval_run_id = $eval_run_id
 -- name: latest_complete
 -- The completed run of the latest night (of the suite, if given): a backfilled older night that
 -- completes later does not take its place; of one night, its own run before a re-baseline run.
+-- A run of no night (a warehouse's earliest runs, 'adhoc') comes after every night's.
 SELECT eval_run_id FROM eval_runs
 WHERE complete AND ($suite IS NULL OR suite = $suite)
-ORDER BY partition_date DESC, rebaseline_for IS NULL DESC, completed_at DESC
+ORDER BY regexp_full_match(partition_date, '[0-9]{4}-[0-9]{2}-[0-9]{2}') DESC,
+         partition_date DESC, rebaseline_for IS NULL DESC, completed_at DESC
 LIMIT 1
 
 -- name: newer_unfinished
@@ -34,7 +36,8 @@ SELECT unfinished.eval_run_id, unfinished.partition_date, unfinished.status,
        unfinished.status_reason, unfinished.started_at > shown.started_at AS begun_after
 FROM eval_runs AS unfinished, shown
 WHERE NOT unfinished.complete AND ($suite IS NULL OR unfinished.suite = $suite)
-  AND (unfinished.partition_date > shown.partition_date
+  AND ((unfinished.partition_date > shown.partition_date
+        AND regexp_full_match(shown.partition_date, '[0-9]{4}-[0-9]{2}-[0-9]{2}'))
        OR unfinished.started_at > shown.started_at)
   AND NOT EXISTS (
       SELECT 1 FROM eval_runs AS since

@@ -22,6 +22,7 @@ that started the run (re-baseline flag, reason, who asked) travels with the reco
 of the identity.
 """
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
@@ -311,6 +312,16 @@ def differences(candidate: Mapping, baseline: Mapping, *, other: str = "baseline
 REFERENCE_SYSTEM_ID = "reference-bm25"
 
 
+def _is_night(value: object) -> bool:
+    """Whether a partition date is a night (``YYYY-MM-DD``), not a warehouse's earliest
+    ``adhoc`` runs."""
+    try:
+        dt.date.fromisoformat(str(value))
+    except ValueError:
+        return False
+    return True
+
+
 def comparability(
     candidate: Mapping, baseline: Mapping, *, other: str = "baseline"
 ) -> tuple[bool, str]:
@@ -335,7 +346,7 @@ def comparability(
     suite = candidate.get("suite")
     suite_option = f" --suite {suite}" if suite else ""
     night, baseline_night = candidate.get("partition_date"), baseline.get("partition_date")
-    if night and baseline_night and str(night) < str(baseline_night):
+    if _is_night(night) and _is_night(baseline_night) and str(night) < str(baseline_night):
         # A backfilled night: the advice below would move the baseline back to it.
         return False, (
             "not comparable: "
