@@ -382,11 +382,15 @@ def test_a_golden_set_is_named_after_its_file_or_its_suite_folder(library, tmp_p
 
     from rag_eval_pipeline.lib.inputs.golden import load_golden_set
 
-    layouts = {"golden_sets/ward.jsonl": "ward", "suites/cranfield/golden.jsonl": "cranfield"}
+    layouts = {
+        "golden_sets/ward.jsonl": "ward",
+        "suites/cranfield/golden.jsonl": "cranfield",
+        "golden_sets/golden.jsonl": "golden",
+    }
     digests = set()
     for relative, name in layouts.items():
         target = tmp_path / relative
-        target.parent.mkdir(parents=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(library / "golden.jsonl", target)
         golden = load_golden_set(target)
         assert golden.name == name

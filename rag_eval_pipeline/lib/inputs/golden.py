@@ -242,6 +242,7 @@ def load_golden_set(path: Path | str) -> GoldenSet:
 
 
 GENERIC_GOLDEN_STEM = "golden"
+GOLDEN_SETS_FOLDER = "golden_sets"  # golden_sets/<name>.jsonl: the name is the file's
 
 
 def golden_set_name(path: Path) -> str:
@@ -249,7 +250,7 @@ def golden_set_name(path: Path) -> str:
     part of a run's identity): the file's stem (``golden_sets/procedures.jsonl``: procedures),
     or for a file named ``golden.jsonl`` (the layout an import writes, ``suites/<suite>/``) its
     folder's name, so every suite's golden set is not shown as "golden"."""
-    if path.stem == GENERIC_GOLDEN_STEM and path.parent.name:
+    if path.stem == GENERIC_GOLDEN_STEM and path.parent.name not in ("", GOLDEN_SETS_FOLDER):
         return path.parent.name
     return path.stem
 
