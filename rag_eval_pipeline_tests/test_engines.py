@@ -604,10 +604,10 @@ def test_only_the_summary_step_opens_the_warehouse_for_writing(library, tmp_path
     writers = []
     writing = Warehouse.writing
 
-    def recording(self):
+    def recording(self, *args, **kwargs):
         frames = traceback.extract_stack()
         writers.append({Path(frame.filename).stem for frame in frames} & DEFINITION_MODULES)
-        return writing(self)
+        return writing(self, *args, **kwargs)
 
     monkeypatch.setattr(Warehouse, "writing", recording)
     assert materialize_night(library, tmp_path / "rag_eval.duckdb", shards=3).success
