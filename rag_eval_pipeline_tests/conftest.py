@@ -8,6 +8,7 @@ snapshots under ``<tmp>/library``.
 import shutil
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from rag_eval_pipeline.defs.resources import ReferenceSystemResource
@@ -80,3 +81,27 @@ def materialize_night(
         instance=instance,
         assets=fixture_assets(),
     )
+
+
+# A gate no night passes: Recall@1 of at least 1.01.
+IMPOSSIBLE_GATE = (
+    "version: 1\ngates:\n  - name: impossible_recall\n    table: retrieval_metrics\n"
+    "    metric: R@1\n    statistic: value\n    op: '>='\n    threshold: 1.01\n"
+)
+
+
+def failing_gate_night(library: Path, tmp_path: Path):
+    """The fixture night under ``IMPOSSIBLE_GATE``, into ``<tmp>/w.duckdb`` on an ephemeral
+    instance: ``(result, instance, warehouse)``; the run is published, then fails its gate."""
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(IMPOSSIBLE_GATE)
+    warehouse = tmp_path / "w.duckdb"
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse),
+        instance=instance,
+        assets=evaluation_assets(gates),
+    )
+    return result, instance, warehouse

@@ -31,7 +31,15 @@ from rag_eval_pipeline.lib.deployment import Deployment
 from rag_eval_pipeline.testing import evaluation_assets, materialize_suite, names
 from rag_eval_pipeline.testing.fake_openai import FakeOpenAI
 
-from .conftest import FIXTURE_GATES, NIGHT, SUITE, fixture_assets, fixture_resources, fixture_suites
+from .conftest import (
+    FIXTURE_GATES,
+    NIGHT,
+    SUITE,
+    failing_gate_night,
+    fixture_assets,
+    fixture_resources,
+    fixture_suites,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RAG_EVAL = str(Path(sys.executable).parent / "rag-eval")
@@ -522,20 +530,7 @@ def alert_for_failed_run(result, instance, warehouse: Path) -> None:
 
 
 def test_a_failing_gate_posts_an_alert_and_no_url_means_no_alert(library, tmp_path, monkeypatch):
-    gates = tmp_path / "gates.yaml"
-    gates.write_text(
-        "version: 1\ngates:\n  - name: impossible_recall\n    table: retrieval_metrics\n"
-        "    metric: R@1\n    statistic: value\n    op: '>='\n    threshold: 1.01\n"
-    )
-    warehouse = tmp_path / "w.duckdb"
-    instance = dg.DagsterInstance.ephemeral()
-    result = materialize_suite(
-        NIGHT,
-        SUITE,
-        fixture_resources(library, warehouse),
-        instance=instance,
-        assets=evaluation_assets(gates),
-    )
+    result, instance, warehouse = failing_gate_night(library, tmp_path)
     assert not result.success
     monkeypatch.delenv("RAG_EVAL_ALERT_WEBHOOK", raising=False)
     alert_for_failed_run(result, instance, warehouse)  # no URL: nothing posted, no error
@@ -560,20 +555,7 @@ def test_a_night_ended_after_its_publish_alerts_its_recorded_gate_failures(
     from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
     from rag_eval_pipeline.lib.store.warehouse import Warehouse
 
-    gates = tmp_path / "gates.yaml"
-    gates.write_text(
-        "version: 1\ngates:\n  - name: impossible_recall\n    table: retrieval_metrics\n"
-        "    metric: R@1\n    statistic: value\n    op: '>='\n    threshold: 1.01\n"
-    )
-    warehouse = tmp_path / "w.duckdb"
-    instance = dg.DagsterInstance.ephemeral()
-    result = materialize_suite(
-        NIGHT,
-        SUITE,
-        fixture_resources(library, warehouse),
-        instance=instance,
-        assets=evaluation_assets(gates),
-    )
+    result, instance, warehouse = failing_gate_night(library, tmp_path)
     eval_run_id = result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
 
     @dg.op

@@ -28,7 +28,6 @@ from rag_eval_pipeline.lib.runs.record import (
 )
 from rag_eval_pipeline.lib.store.tables import RUN_TABLES
 from rag_eval_pipeline.testing import (
-    evaluation_assets,
     evaluation_resources,
     materialize_suite,
     names,
@@ -39,6 +38,7 @@ from .conftest import (
     FIXTURE_GATES,
     NIGHT,
     SUITE,
+    failing_gate_night,
     fixture_assets,
     fixture_resources,
     fixture_suites,
@@ -152,21 +152,7 @@ def test_rerunning_the_baseline_keeps_it_the_baseline(library, tmp_path):
 
 
 def test_a_failing_gate_fails_the_dagster_run_and_writes_every_table(library, tmp_path):
-    gates = tmp_path / "gates.yaml"
-    gates.write_text(
-        "version: 1\ngates:\n"
-        "  - name: impossible_recall\n    table: retrieval_metrics\n    metric: R@1\n"
-        "    statistic: value\n    op: '>='\n    threshold: 1.01\n"
-    )
-    warehouse = tmp_path / "w.duckdb"
-    instance = dg.DagsterInstance.ephemeral()
-    result = materialize_suite(
-        NIGHT,
-        SUITE,
-        fixture_resources(library, warehouse),
-        instance=instance,
-        assets=evaluation_assets(gates),
-    )
+    result, instance, warehouse = failing_gate_night(library, tmp_path)
     assert not result.success
     assert instance.get_run_by_id(result.run_id).status == dg.DagsterRunStatus.FAILURE
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
