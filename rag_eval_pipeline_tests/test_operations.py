@@ -544,6 +544,17 @@ def test_a_failing_gate_posts_an_alert_and_no_url_means_no_alert(library, tmp_pa
     assert hook.url not in json.dumps(alert)
 
 
+@dg.op
+def one_step() -> None:
+    return None
+
+
+@dg.job
+def one_step_job() -> None:
+    """Dagster runs of it stand for nights' runs in the sweep and alert tests."""
+    one_step()
+
+
 def test_a_night_ended_after_its_publish_alerts_its_recorded_gate_failures(
     library, tmp_path, monkeypatch
 ):
@@ -558,18 +569,10 @@ def test_a_night_ended_after_its_publish_alerts_its_recorded_gate_failures(
     result, instance, warehouse = failing_gate_night(library, tmp_path)
     eval_run_id = result.output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
 
-    @dg.op
-    def step() -> None:
-        return None
-
-    @dg.job
-    def night() -> None:
-        step()
-
     # The evaluation run as published by a Dagster run that ended before its release checks.
     def attempt():
         return instance.create_run_for_job(
-            night, tags={EVAL_RUN_TAG: eval_run_id}, status=dg.DagsterRunStatus.STARTED
+            one_step_job, tags={EVAL_RUN_TAG: eval_run_id}, status=dg.DagsterRunStatus.STARTED
         )
 
     killed, later = attempt(), attempt()
@@ -848,22 +851,18 @@ def test_a_re_execution_of_a_rag_eval_night_is_not_that_processs_run(tmp_path, m
     process executed (and the sweep failed) to them, so it is posted once."""
     from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG, fail_abandoned_runs
 
-    @dg.op
-    def step() -> None:
-        return None
-
-    @dg.job
-    def night() -> None:
-        step()
-
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)
     tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(gone.pid)}
     instance = dg.DagsterInstance.ephemeral()
     started = dg.DagsterRunStatus.STARTED
-    parent = instance.create_run_for_job(night, tags=tags, status=started)
+    parent = instance.create_run_for_job(one_step_job, tags=tags, status=started)
     child = instance.create_run_for_job(
-        night, tags=tags, status=started, parent_run_id=parent.run_id, root_run_id=parent.run_id
+        one_step_job,
+        tags=tags,
+        status=started,
+        parent_run_id=parent.run_id,
+        root_run_id=parent.run_id,
     )
     warehouse = tmp_path / "w.duckdb"
     monkeypatch.delenv("RAG_EVAL_ALERT_WEBHOOK", raising=False)
