@@ -596,6 +596,16 @@ def canonical_row(document: Document, lines: Sequence[str] | None = None) -> dic
     }
 
 
+def _in_passage_id_order(lines: Sequence) -> Sequence:
+    """A document's lines (one per section, in section order) in passage id order: up to nine
+    sections, their numbers sort as strings in section order; from ten, ``#s10`` comes before
+    ``#s2``."""
+    if len(lines) <= 9:
+        return lines
+    numbers = map(str, range(1, len(lines) + 1))
+    return [line for _, line in sorted(zip(numbers, lines, strict=True))]
+
+
 def _encoded_block(
     document: Document, sections: Sequence[tuple[str, str]]
 ) -> tuple[bytes, str, str]:
@@ -610,9 +620,7 @@ def _encoded_block(
         % (head, number, _dumps(title), middle, _dumps(text), tail)
         for number, (title, text) in enumerate(sections, start=1)
     ]
-    if len(lines) > 9:  # as ``_block_of``: section numbers sorted as strings
-        numbers = map(str, range(1, len(lines) + 1))
-        lines = [line for _, line in sorted(zip(numbers, lines, strict=True))]
+    lines = _in_passage_id_order(lines)
     block = b"\n".join(lines)
     passage_digests = " ".join([hashlib.sha256(line).hexdigest() for line in lines])
     return block, hashlib.sha256(block).hexdigest(), passage_digests
@@ -622,9 +630,7 @@ def _block_of(lines: Sequence[str]) -> tuple[str, str, list[str]]:
     """A document's block (its canonical lines sorted by passage id, joined by newlines), the
     block's SHA-256 and each line's, in block order. A canonical line has no newline (JSON
     escapes it), so the lines' bytes are the block's bytes split at its newlines."""
-    if len(lines) > 9:  # up to nine sections, their numbers sort as strings in section order
-        numbers = map(str, range(1, len(lines) + 1))
-        lines = [line for _, line in sorted(zip(numbers, lines, strict=True))]
+    lines = _in_passage_id_order(lines)
     block = "\n".join(lines)
     data = block.encode("utf-8")
     passage_digests = [hashlib.sha256(line).hexdigest() for line in data.split(b"\n")]
