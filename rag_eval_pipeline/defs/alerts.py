@@ -10,6 +10,7 @@ not completed, and posts a short JSON message to the webhook in ``RAG_EVAL_ALERT
 import dagster as dg
 import duckdb
 
+from rag_eval_pipeline.defs.release_checks import gate_check_name
 from rag_eval_pipeline.defs.resources import WarehouseResource
 from rag_eval_pipeline.lib.reporting.alerts import alert_for, not_comparable_alert, post_alert
 from rag_eval_pipeline.lib.runs import registry
@@ -67,7 +68,7 @@ def recorded_gate_failures(run: dg.DagsterRun, warehouse_db: WarehouseResource) 
             return []
     return [
         (
-            f"gate_{row['gate']}",
+            gate_check_name(row["gate"]),
             f"{row['message']} (recorded with the run; not reported as a check)",
         )
         for row in rows.iter_rows(named=True)
