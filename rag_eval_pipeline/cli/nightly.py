@@ -536,7 +536,7 @@ def command_nightly(args: argparse.Namespace) -> int:
 
     def report_gates() -> int:
         for line in warned:
-            print(f"warning: {line}", file=sys.stderr)
+            sys.stderr.write(f"warning: {line}\n")  # one write: step lines may print beside it
         for ended, lines in gated:
             mark_failed(instance, ended, "; ".join(lines) or "the run failed")
         # Each failed run under its own heading: a night and the re-baseline the guard ran on

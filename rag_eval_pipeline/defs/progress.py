@@ -26,7 +26,10 @@ class StepProgressHandler(logging.Handler):
         event = meta.get("dagster_event")
         if event is None or event.event_type_value not in STEP_EVENTS:
             return
-        print(progress_line(event), file=sys.stderr, flush=True)
+        # One write per line: a step's event may be logged from another thread while the
+        # command prints its own lines, and ``print`` writes the line and its end apart.
+        sys.stderr.write(progress_line(event) + "\n")
+        sys.stderr.flush()
 
 
 def progress_line(event: dg.DagsterEvent) -> str:
