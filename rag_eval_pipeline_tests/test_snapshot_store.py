@@ -194,11 +194,16 @@ def test_a_stored_file_edited_in_place_fails_loudly(library):
     )
 
 
+@pytest.mark.parametrize("parse_cache", ["kept", "removed"])
 @pytest.mark.parametrize("damage", ["shorter", "same size"])
-def test_a_damaged_stored_object_is_stored_again_from_a_good_copy(library, damage):
+def test_a_damaged_stored_object_is_stored_again_from_a_good_copy(library, damage, parse_cache):
+    """Also when the parse cache is gone: the copy's documents are then parsed, as if never
+    stored, yet their objects exist and are checked all the same."""
     first = library / "2026-10-01"
     digest = freeze_snapshot(first)["corpus_digest"]
     second = writable_copy(first, library / "2026-11-01")
+    if parse_cache == "removed":
+        shutil.rmtree(SnapshotStore.beside(first).root / "parsed")
     manifest = json.loads((first / "manifest.json").read_text())
     sha256 = manifest["documents"]["STORE-FRIDGE-001@v1"]["sha256"]
     stored = SnapshotStore.beside(first).object_path(sha256)
@@ -268,10 +273,10 @@ def test_a_file_that_cannot_be_stored_fails_the_freeze_with_the_first_such_file(
     # the earlier one must still be tried (it comes first in order).
     add_numbered = SnapshotStore._add_numbered
 
-    def late(self, files, previous, stop):
+    def late(self, files, *rest):
         if any(f.path.name == earlier for _, f in files):
             time.sleep(0.3)
-        return add_numbered(self, files, previous, stop)
+        return add_numbered(self, files, *rest)
 
     monkeypatch.setattr(SnapshotStore, "_add_numbered", late)
     manifest = (folder / "manifest.json").read_bytes()

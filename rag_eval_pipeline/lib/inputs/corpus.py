@@ -1617,7 +1617,11 @@ def freeze(
         stored, problems = (
             (0, [])
             if store is None
-            else store.add_files(files, _previous_entries(snapshot_dir, store))
+            else store.add_files(
+                files,
+                _previous_entries(snapshot_dir, store),
+                set(resolved.parsed["file_digest"].to_list()),
+            )
         )
         header = {
             "snapshot_id": snapshot_dir.name,
