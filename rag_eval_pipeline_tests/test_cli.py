@@ -706,6 +706,19 @@ def test_rag_eval_sql_reads_the_warehouse_and_never_writes_it(tmp_path):
     assert rag_eval(
         "sql", "SELECT count(*) AS n FROM baseline_decisions", "--csv", env=env
     ).stdout == ("n\n1\n")
+    # A list or struct column (generation_results' cited_ids) is JSON text in CSV.
+    nested = rag_eval(
+        "sql",
+        "SELECT ['a@v1#s1', 'b, c@v2#s1'] AS cited_ids, [] AS none, NULL::VARCHAR[] AS missing, "
+        "{'k': [1, 2], 'on': DATE '2026-10-15'} AS parts",
+        "--csv",
+        env=env,
+    )
+    assert nested.returncode == 0, nested.stderr
+    assert nested.stdout == (
+        "cited_ids,none,missing,parts\n"
+        '"[""a@v1#s1"", ""b, c@v2#s1""]",[],,"{""k"": [1, 2], ""on"": ""2026-10-15""}"\n'
+    )
 
 
 def test_the_latest_summary_mentions_a_later_night_that_did_not_finish(library, tmp_path):

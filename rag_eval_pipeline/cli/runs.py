@@ -292,7 +292,7 @@ def command_sql(args: argparse.Namespace) -> int:
     if frame is None:
         return 0
     if args.csv:
-        sys.stdout.write(frame.write_csv())
+        sys.stdout.write(_flat(frame).write_csv())
         return 0
     with pl.Config(
         tbl_rows=-1,
@@ -305,6 +305,27 @@ def command_sql(args: argparse.Namespace) -> int:
     ):
         print(frame)
     return 0
+
+
+def _flat(frame):
+    """``frame`` with each list, array or struct column (``cited_ids``, ``context_ids``) as
+    JSON text, which CSV can hold: ``["a#s1", "a#s2"]``; a null stays an empty field."""
+    import json
+
+    import polars as pl
+
+    nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
+    return frame.with_columns(
+        pl.Series(
+            name,
+            [
+                None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+                for value in frame[name].to_list()
+            ],
+            dtype=pl.String,
+        )
+        for name in nested
+    )
 
 
 def add_commands(commands) -> None:
