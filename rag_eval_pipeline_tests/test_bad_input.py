@@ -50,6 +50,24 @@ def test_malformed_golden_line_names_file_and_line(library, tmp_path):
     assert table_count(warehouse, "eval_runs") == 0
 
 
+def test_a_golden_item_wrapped_over_lines_is_told_to_stay_on_one(library):
+    """Pretty-printed items (one object over several lines): the first line is named, with
+    the parser's message and what is wrong with the file."""
+    golden = library / "golden.jsonl"
+    item = json.loads(golden.read_text(encoding="utf-8").splitlines()[0])
+    golden.write_text(json.dumps(item, indent=1) + "\n", encoding="utf-8")
+    with pytest.raises(GoldenSetError) as raised:
+        load_golden_set(golden)
+    assert str(raised.value) == (
+        f"{golden}:1: malformed JSON at column 2: Expecting property name enclosed in double "
+        "quotes; the line ends before its JSON value does: each item must be whole on one line"
+    )
+    # Cut inside a string or followed by more: not said (the line is not merely wrapped).
+    replace_line(golden, 1, '{"id": "q1"} {')
+    with pytest.raises(GoldenSetError, match=r":1: malformed JSON at column 14: Extra data$"):
+        load_golden_set(golden)
+
+
 def test_a_truncated_golden_line_gets_the_whole_message_and_the_parsers_column(library):
     """A line cut off inside a string: the message is the parser's whole sentence, with the
     column it names (where the unclosed string opens, not where the line ends)."""

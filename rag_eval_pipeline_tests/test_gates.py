@@ -287,3 +287,35 @@ def test_nightly_refuses_a_bad_gates_file_before_any_step(tmp_path):
         f"error: {gates}: gate 1 (success_at_5): 'threshold' must be a number, got 'high'\n"
     )
     assert not warehouse.parent.exists()
+
+
+def _readme_block(after: str, language: str) -> str:
+    """The first ```language block of the README after the line containing ``after``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"```{language}\n", text.index(after)) + len(language) + 4
+    return (
+        "\n".join(
+            line.strip() if language == "json" else line[3:]
+            for line in (text[start : text.index("```", start)].rstrip("\n").split("\n"))
+        )
+        + "\n"
+    )
+
+
+def test_the_readmes_own_suite_examples_are_what_the_readers_accept(tmp_path):
+    """The golden lines and the small suite's gates file of "Evaluating your own corpus and
+    golden set", pasted as they are shown, read without an error."""
+    from rag_eval_pipeline.lib.inputs.golden import parse_golden_lines
+
+    golden = _readme_block("Write the golden set", "json")
+    records = parse_golden_lines(golden, "golden.jsonl")
+    assert [record["stratum"] for _, record in records] == ["answerable", "out_of_scope"]
+    gates_file = tmp_path / "mine.yaml"
+    gates_file.write_text(_readme_block("For a small suite write a gates file", "yaml"), "utf-8")
+    version, gates = load_gates(gates_file)
+    assert version == 1 and [g.name for g in gates] == [
+        "success_at_5",
+        "refuses_no_answer",
+        "no_significant_regression",
+    ]
+    assert {g.statistic for g in gates if g.table} == {"value"}

@@ -75,6 +75,7 @@ from rag_eval_pipeline.lib.inputs.corpus import (
 )
 from rag_eval_pipeline.lib.inputs.golden import (
     ANSWERABLE,
+    json_line_problem,
     json_problem,
     jsonl_lines,
     load_golden_set,
@@ -503,7 +504,7 @@ def write_trec_run(frame: pl.DataFrame, path: Path | str, tag: str) -> None:
 
 def _read_jsonl(path: Path, fields: Mapping[str, bool]) -> list[tuple[int, dict]]:
     """``(line, record)`` pairs of the file's non-blank lines (numbered as ``jsonl_lines`` does,
-    a JSON error worded by ``json_problem``, as for golden sets); ``fields`` maps each field to
+    a JSON error worded by ``json_line_problem``, as for golden sets); ``fields`` maps each field to
     whether it is required.
 
     Values are read as strings (a numeric id becomes its decimal text); a required field that is
@@ -514,7 +515,7 @@ def _read_jsonl(path: Path, fields: Mapping[str, bool]) -> list[tuple[int, dict]
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise _fail(path, json_problem(exc), number) from None
+            raise _fail(path, json_line_problem(exc), number) from None
         if not isinstance(record, dict):
             raise _fail(path, f"expected a JSON object, got {type(record).__name__}", number)
         values = {}

@@ -101,6 +101,15 @@ def json_problem(exc: json.JSONDecodeError) -> str:
     return f"malformed JSON at column {exc.colno}: {exc.msg}"
 
 
+def json_line_problem(exc: json.JSONDecodeError) -> str:
+    """``json_problem`` for one line of a JSON Lines file, saying so when the line ends before
+    its object or array does (an item wrapped over several lines, as pretty-printed JSON is)."""
+    problem = json_problem(exc)
+    if exc.doc.startswith(("{", "[")) and exc.pos >= len(exc.doc.rstrip()):
+        problem += "; the line ends before its JSON value does: each item must be whole on one line"
+    return problem
+
+
 @dataclass(frozen=True)
 class GoldenSet:
     """Parsed golden items and their gold passages, with the digest that pins them."""
@@ -183,7 +192,7 @@ def parse_golden_lines(text: str, source: str) -> list[tuple[int, dict]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise GoldenSetError(f"{source}:{number}: {json_problem(exc)}") from None
+            raise GoldenSetError(f"{source}:{number}: {json_line_problem(exc)}") from None
         record = _check_item(record, source, number)
         if record["id"] in seen:
             raise GoldenSetError(

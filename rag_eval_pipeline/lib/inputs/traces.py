@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.errors import InputError
-from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines, utf8_text
+from rag_eval_pipeline.lib.inputs.golden import json_line_problem, jsonl_lines, utf8_text
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -179,7 +179,7 @@ def _jsonl_records(path: Path) -> list[tuple[int, str, str, object]]:
         try:
             records.append((number, where, f"line {number}", json.loads(line)))
         except json.JSONDecodeError as exc:
-            raise TraceError(f"{where}: {json_problem(exc)}") from None
+            raise TraceError(f"{where}: {json_line_problem(exc)}") from None
     return records
 
 

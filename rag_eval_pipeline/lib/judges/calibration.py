@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from rag_eval_pipeline.lib.errors import InputError
-from rag_eval_pipeline.lib.inputs.golden import json_problem, jsonl_lines, utf8_text
+from rag_eval_pipeline.lib.inputs.golden import json_line_problem, jsonl_lines, utf8_text
 from rag_eval_pipeline.lib.judges.protocol import VERDICTS
 from rag_eval_pipeline.lib.metrics.statistics import wilson_interval
 
@@ -48,7 +48,7 @@ def load_human_labels(path: Path | str) -> pl.DataFrame:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise HumanLabelError(f"{path}:{number}: {json_problem(exc)}") from None
+            raise HumanLabelError(f"{path}:{number}: {json_line_problem(exc)}") from None
         if not isinstance(record, dict) or not {"item_id", "claim", "verdict"} <= set(record):
             raise HumanLabelError(f"{path}:{number}: needs 'item_id', 'claim' and 'verdict'")
         if record["verdict"] not in VERDICTS:
