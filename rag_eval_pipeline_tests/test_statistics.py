@@ -52,7 +52,7 @@ def test_bootstrap_interval_contains_the_mean_and_is_reproducible():
     assert bootstrap_mean_interval(reciprocal_ranks, seed=7) == (low, high)
     assert bootstrap_mean_interval(reciprocal_ranks, seed=8) != (low, high)
     assert bootstrap_mean_interval(np.array([]), seed=7) == (None, None)
-    assert bootstrap_mean_interval(np.array([0.25]), seed=7) == (0.25, 0.25)
+    assert bootstrap_mean_interval(np.array([0.25]), seed=7) == wilson_interval(0.25, 1)
 
 
 def test_aggregate_gives_wilson_to_proportions_and_bootstrap_to_means():
@@ -91,14 +91,56 @@ def test_a_mean_of_items_all_at_one_bound_gets_the_wilson_interval_of_its_items(
     assert (low, high) == pytest.approx(
         proportion_confint(40, 40, alpha=0.1, method="wilson"), abs=1e-12
     )
-    # Anything else is bootstrapped as before: one value inside (0, 1), a mix with one item off
-    # the bound.
-    for values in ([0.25], [0.5] * 10, [1.0] * 99 + [0.5], [0.0, 1.0]):
+    # Anything else is bootstrapped as before: a mix with one item off the bound.
+    for values in ([1.0] * 99 + [0.5], [0.0, 1.0], [1 / 3] * 5 + [0.0]):
         assert mean_interval_method(np.array(values)) == "bootstrap95"
     assert bootstrap_mean_interval(np.array([1.0] * 99 + [0.5]), seed=7)[1] == 1.0
     assert mean_interval_method(np.ones(3), "judge_only_bootstrap95", "judge_only_wilson95") == (
         "judge_only_wilson95"
     )
+
+
+def test_a_mean_of_items_all_at_one_inner_value_gets_the_wilson_interval_of_that_rate():
+    """Six questions, each with one relevant passage found in the top three: P@3 is 1/3 for
+    every one, and a bootstrap of them would be [1/3, 1/3]. The interval is Wilson's for rate
+    1/3 over six items; by hand, z^2 = 3.8415: centre (1/3 + 3.8415/12) / (1 + 3.8415/6) =
+    0.65345 / 1.64025 = 0.39839, half-width 1.96 sqrt(0.037037 + 0.026677) / 1.64025 = 0.30163,
+    so [0.0968, 0.7000]."""
+    values = np.full(6, 1 / 3)
+    low, high = bootstrap_mean_interval(values, seed=7)
+    assert (round(low, 4), round(high, 4)) == (0.0968, 0.7000)
+    assert (low, high) == pytest.approx(
+        proportion_confint(2, 6, alpha=0.05, method="wilson"), abs=1e-12
+    )
+    assert mean_interval_method(values) == "wilson95"
+    # One item alone, at any value: the Wilson interval of that rate over one item.
+    for value in (0.25, 0.5, 0.6309297535714575):
+        low, high = bootstrap_mean_interval(np.array([value]), seed=7)
+        assert (low, high) == pytest.approx(
+            proportion_confint(value, 1, alpha=0.05, method="wilson"), abs=1e-12
+        )
+        assert low < value < high
+    # Through the retrieval aggregate, as the warehouse's rows carry it.
+    run = pl.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(6) for _ in range(3)],
+            "doc_id": [f"q{i}-d{r}" for i in range(6) for r in range(3)],
+            "score": [3.0, 2.0, 1.0] * 6,
+        }
+    )
+    qrels = pl.DataFrame(
+        {"query_id": [f"q{i}" for i in range(6)], "doc_id": [f"q{i}-d1" for i in range(6)]}
+    ).with_columns(pl.lit(3).alias("grade"))
+    rows = {
+        r["measure"]: r
+        for r in aggregate(per_query(run, qrels, ["P@3", "RR@3"]), seed=7).iter_rows(named=True)
+    }
+    assert rows["P"]["value"] == pytest.approx(1 / 3) and rows["RR"]["value"] == 0.5
+    for measure, rate in (("P", 1 / 3), ("RR", 0.5)):
+        assert rows[measure]["interval_method"] == "wilson95"
+        assert (rows[measure]["ci_low"], rows[measure]["ci_high"]) == pytest.approx(
+            proportion_confint(rate * 6, 6, alpha=0.05, method="wilson"), abs=1e-12
+        )
 
 
 def test_aggregate_names_the_interval_each_row_carries():

@@ -603,8 +603,9 @@ def aggregate(
 
     Proportions (Success) get the Wilson 95% interval; means get a seeded percentile bootstrap
     (the resampled items drawn once per group size, ``bootstrap_mean_intervals``), except a mean
-    whose every query scored 1.0 (or every one 0.0), which gets the Wilson interval of its n
-    queries, as a bootstrap of them has zero width; ``interval_method`` says which
+    whose every query scored the same (1.0, 0.0, 1/3 for P@3 of one relevant passage found),
+    which gets the Wilson interval of that rate over its n queries, as a bootstrap of them has
+    zero width; ``interval_method`` says which
     (``wilson95`` or ``bootstrap95``; null without intervals). Every interval contains its
     value (``clamp_interval``), so a perfect or a zero score never has a bound on the wrong side
     of it.

@@ -3,8 +3,8 @@
 - Wilson score interval for a proportion (z = 1.96 for 95%): the seed figure 38/200 gives
   0.1417 to 0.2500.
 - Percentile bootstrap for a mean, seeded, resampling items with replacement; a mean whose
-  items all sit on a bound of [0, 1] (every value 1.0, or every value 0.0) instead gets the
-  Wilson interval of its n items (``mean_interval_method``).
+  items all have the same value (every value 1.0, every value 0.0, or every one 1/3) instead
+  gets the Wilson interval of that rate over its n items (``mean_interval_method``).
 
 Every interval contains its point estimate: floating point can put a bound a hair on the wrong
 side of it (a proportion of 1.0 has a Wilson upper bound of 0.9999999999999999), so bounds are
@@ -22,8 +22,9 @@ Z95 = 1.959963984540054
 MAX_SHARED_DRAWS = 8_000_000
 
 
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
-    """Wilson score interval; ``(None, None)`` when n is 0.
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float | None, float | None]:
+    """Wilson score interval; ``(None, None)`` when n is 0. ``successes`` may be fractional
+    (``constant_value``: n items all at one rate p count as p * n successes).
 
     centre = (p + z^2/2n) / (1 + z^2/n), half-width = z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n).
     """
@@ -58,18 +59,21 @@ def resampled_means(values: np.ndarray, *, seed: int, resamples: int) -> np.ndar
     return means
 
 
-def boundary_value(values: np.ndarray) -> float | None:
-    """1.0 or 0.0 when every one of ``values`` (at least one) is exactly that bound, else None.
+def constant_value(values: np.ndarray) -> float | None:
+    """The value every one of ``values`` (at least one) has, when they all have the same one in
+    [0, 1], else None.
 
     Resampling such items can only give that value again, so a percentile bootstrap of them is
-    the zero-width interval [1, 1] (or [0, 0]) however few they are: 184 perfect items would
-    read as a rate known exactly. Their Wilson interval (all n items successes, or none) is the
-    honest one, and a valid one for a mean of values in [0, 1]: the mean is at least the share
-    of items at 1.0 (at most one minus the share at 0.0), which the Wilson bound covers."""
+    a zero-width interval however few they are: 184 perfect items would read as a rate known
+    exactly, and so would six questions that each have one relevant passage, found in the top
+    three (P@3 = 1/3 for every one). Nothing in the items bounds their spread but [0, 1] itself,
+    and of the values in [0, 1] with mean p, a 0/1 outcome varies most (variance p(1 - p)): the
+    Wilson interval of rate p over the n items is the honest interval for them, wide for few
+    items and narrowing as they grow."""
     if values.size == 0:
         return None
     first = float(values[0])
-    if first not in (0.0, 1.0) or not bool(np.all(values == first)):
+    if not 0.0 <= first <= 1.0 or not bool(np.all(values == first)):
         return None
     return first
 
@@ -78,8 +82,8 @@ def mean_interval_method(
     values: np.ndarray, bootstrap: str = "bootstrap95", wilson: str = "wilson95"
 ) -> str:
     """The ``interval_method`` of ``bootstrap_mean_interval(values)``: ``wilson`` for items all
-    at 1.0 or all at 0.0 (``boundary_value``), else ``bootstrap`` (the caller's names)."""
-    return wilson if boundary_value(np.asarray(values, dtype=np.float64)) is not None else bootstrap
+    of one value (``constant_value``), else ``bootstrap`` (the caller's names)."""
+    return wilson if constant_value(np.asarray(values, dtype=np.float64)) is not None else bootstrap
 
 
 def bootstrap_mean_interval(
@@ -87,10 +91,9 @@ def bootstrap_mean_interval(
 ) -> tuple[float | None, float | None]:
     """Percentile bootstrap interval of the mean (items resampled with replacement).
 
-    ``(None, None)`` when there are no values. Items all at 1.0 or all at 0.0 get the Wilson
-    interval of n successes (or none) in n (``boundary_value``: a bootstrap of them has zero
-    width); any other single value, or values all equal to one inside (0, 1), still give a
-    zero-width interval, as nothing bounds their spread.
+    ``(None, None)`` when there are no values. Items all of one value p in [0, 1] (all 1.0, all
+    0.0, all 1/3; one item alone) get the Wilson interval of rate p over their n items
+    (``constant_value``: a bootstrap of them has zero width).
     """
     return bootstrap_mean_intervals([values], seed=seed, resamples=resamples, level=level)[0]
 
@@ -115,9 +118,9 @@ def bootstrap_mean_intervals(
         if n == 0:
             intervals.append((None, None))
             continue
-        bound = boundary_value(values)
-        if bound is not None:
-            intervals.append(wilson_interval(round(bound * n), n, z))
+        constant = constant_value(values)
+        if constant is not None:
+            intervals.append(wilson_interval(constant * n, n, z))
             continue
         blocks = draws.get(n) or _draws(n, seed=seed, resamples=resamples)
         if n * resamples <= MAX_SHARED_DRAWS:
