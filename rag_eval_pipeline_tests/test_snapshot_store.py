@@ -194,6 +194,39 @@ def test_a_stored_file_edited_in_place_fails_loudly(library):
     )
 
 
+def test_an_edit_through_another_snapshots_link_names_the_shared_file(library):
+    """A copy frozen from a frozen snapshot shares its files' bytes (hard links to the stored
+    copy): an edit in place through the copy changes the first snapshot too, and the first's
+    load says so, rather than only that a file it was never edited through changed."""
+    first = library / "2026-10-01"
+    freeze(first)
+    second = writable_copy(first, library / "2026-11-01")
+    freeze(second)
+    document = second / "documents" / "STORE-FRIDGE-001@v1.md"
+    assert document.stat().st_nlink == 3
+    os.chmod(document, 0o644)
+    with open(document, "r+", encoding="utf-8") as handle:
+        text = handle.read().replace("8 °C", "10 °C")
+        handle.seek(0)
+        handle.write(text)
+        handle.truncate()
+    with pytest.raises(CorpusError) as raised:
+        load_snapshot(first)
+    message = str(raised.value)
+    assert re.search(r"manifest\.json: .*changed: STORE-FRIDGE-001@v1\. Edited in place: ", message)
+    assert "STORE-FRIDGE-001@v1.md (3 links) shares its bytes with the store's copy" in message
+    assert "cp -r <snapshot> <new> && chmod -R u+w <new>/documents" in message
+    # A file replaced by an edited copy (links 1) changed in this folder alone: no such note.
+    other = writable_copy(library / "2026-11-01", library / "elsewhere" / "2026-11-01")
+    (other / "manifest.json").unlink()
+    freeze(other, store=False)
+    edit(other / "documents" / "STORE-FRIDGE-001@v1.md", "10 °C", "12 °C")
+    with pytest.raises(CorpusError) as raised:
+        load_snapshot(other)
+    assert "changed: STORE-FRIDGE-001@v1" in str(raised.value)
+    assert "Edited in place" not in str(raised.value)
+
+
 @pytest.mark.parametrize("parse_cache", ["kept", "removed"])
 @pytest.mark.parametrize("damage", ["shorter", "same size"])
 def test_a_damaged_stored_object_is_stored_again_from_a_good_copy(library, damage, parse_cache):

@@ -1373,6 +1373,32 @@ def _describe_mismatch(frozen: dict[str, str], document_digests: dict[str, str])
     return "; ".join(parts) or "document digests agree but the corpus digest differs"
 
 
+def _shared_edit_note(
+    files: Sequence[DocumentFile], frozen: dict[str, str], document_digests: dict[str, str]
+) -> str:
+    """For changed documents whose file has other hard links (the store's copy, and the same
+    file in every snapshot frozen from a copy of this one): they were edited in place, perhaps
+    through another snapshot's folder, so say so, and how to keep it from happening."""
+    shared = [
+        f
+        for f in files
+        if f.links > 1
+        and f.version_id in frozen
+        and frozen[f.version_id] != document_digests.get(f.version_id, frozen[f.version_id])
+    ]
+    if not shared:
+        return ""
+    named = ", ".join(f"{f.path.name} ({f.links} links)" for f in shared[:5])
+    more = f" and {len(shared) - 5} more" if len(shared) > 5 else ""
+    share = "shares its" if len(shared) == 1 else "share their"
+    return (
+        f". Edited in place: {named}{more} {share} bytes with the store's copy and with the "
+        "same file in every other snapshot frozen with those bytes, so an edit through any of "
+        "them changes them all. Put the frozen bytes back (a checkout of this snapshot), and "
+        "edit a writable copy instead: cp -r <snapshot> <new> && chmod -R u+w <new>/documents"
+    )
+
+
 @dataclass(frozen=True)
 class SnapshotFiles:
     """A snapshot folder as read, nothing parsed: its manifest, every document version's
@@ -1503,7 +1529,8 @@ def verify_snapshot(
                 snapshot_dir / MANIFEST_NAME,
                 f"snapshot files no longer match the manifest digest "
                 f"{said[:shown]} (now {now[:shown]}): "
-                f"{_describe_mismatch(frozen, document_digests)}",
+                f"{_describe_mismatch(frozen, document_digests)}"
+                f"{_shared_edit_note(files, frozen, document_digests)}",
             )
         frozen_at = read.manifest.get("frozen_at")
         snapshot_id = read.manifest["snapshot_id"]
