@@ -7,6 +7,7 @@ bundled snapshots keep their digests; a file edited after freezing fails loudly;
 """
 
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rag_eval_pipeline.lib.errors import RagEvalError
 from rag_eval_pipeline.lib.inputs import corpus
 from rag_eval_pipeline.lib.inputs.corpus import (
     CorpusError,
@@ -295,13 +297,13 @@ def test_a_file_that_cannot_be_stored_fails_the_freeze_with_the_first_such_file(
     failing = [earlier, next(n for n in names if halves[n] == 0 and n > earlier)]
     link = SnapshotStore._link_to_object
 
-    def refusing(self, digest, path):
+    def refusing(self, digest, path, read=None):
         if os.path.basename(path) in failing:
             raise OSError(f"cannot link {os.path.basename(path)}")
-        return link(self, digest, path)
+        return link(self, digest, path, read)
 
     monkeypatch.setattr(SnapshotStore, "_link_to_object", refusing)
-    monkeypatch.setattr(SnapshotStore, "_adopt", lambda self, digest, path: False)
+    monkeypatch.setattr(SnapshotStore, "_adopt", lambda self, digest, path, read=None: False)
     # The thread holding the earlier file starts late: the later file has failed by then, and
     # the earlier one must still be tried (it comes first in order).
     add_numbered = SnapshotStore._add_numbered
@@ -316,6 +318,53 @@ def test_a_file_that_cannot_be_stored_fails_the_freeze_with_the_first_such_file(
     with pytest.raises(OSError, match=f"cannot link {earlier}"):
         freeze(folder)
     assert (folder / "manifest.json").read_bytes() == manifest
+
+
+@pytest.mark.parametrize("how", ["replaced", "written in place"])
+@pytest.mark.parametrize("step", ["_adopt", "_link_to_object"])
+def test_a_file_changed_while_it_is_frozen_fails_the_freeze_and_keeps_its_new_bytes(
+    library, monkeypatch, step, how
+):
+    """An editor saving a document between the freeze reading it and linking it: the file is
+    neither stored under the digest of the bytes read before (``_adopt``, a first freeze) nor
+    replaced by a link to them (``_link_to_object``, the freeze of a copy), and the freeze
+    fails naming it, writing no manifest."""
+    first = library / "2026-10-01"
+    if step == "_link_to_object":
+        freeze(first)
+        folder = writable_copy(first, library / "2026-11-01")
+        (folder / "manifest.json").unlink()
+    else:
+        folder = first
+        (folder / "manifest.json").unlink()
+    document = folder / "documents" / "STORE-FRIDGE-001@v1.md"
+    saved = document.read_text(encoding="utf-8").replace("8 °C", "9 °C")
+    original = getattr(SnapshotStore, step)
+
+    def editing(self, digest, path, read=None):
+        if os.path.basename(path) == document.name:
+            if how == "replaced":
+                edit(document, "8 °C", "9 °C")
+            else:  # the same inode and size: told apart by its modification time
+                time.sleep(0.02)  # past the clock tick file times are taken at
+                with open(document, "r+", encoding="utf-8") as handle:
+                    handle.write(saved)
+        return original(self, digest, path, read)
+
+    monkeypatch.setattr(SnapshotStore, step, editing)
+    read_digest = corpus.read_document_file(document, folder).file_digest
+    with pytest.raises(
+        RagEvalError,
+        match=rf"^{re.escape(str(document))}: changed while the snapshot was being frozen",
+    ):
+        freeze(folder)
+    assert document.read_text(encoding="utf-8") == saved
+    assert not (folder / "manifest.json").exists()
+    stored = SnapshotStore.beside(folder).object_path(read_digest)
+    if step == "_adopt":
+        assert not stored.exists()
+    else:  # the first snapshot's bytes, untouched
+        assert hashlib.sha256(stored.read_bytes()).hexdigest() == read_digest
 
 
 def test_a_snapshot_without_documents_loads_from_the_store(library):

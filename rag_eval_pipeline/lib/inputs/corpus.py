@@ -783,6 +783,9 @@ class DocumentFile:
     links: int
     size: int
     symlink: bool = False
+    # The file's modification time as read (nanoseconds): with the inode and the size, how the
+    # store tells that the file it links is still the one that was read (``SnapshotStore``).
+    modified_ns: int | None = None
 
     @property
     def path(self) -> Path:
@@ -857,6 +860,7 @@ def read_document_file(
         status.st_nlink,
         len(data),
         symlink,
+        status.st_mtime_ns,
     )
 
 

@@ -50,6 +50,8 @@ from pathlib import Path
 
 import polars as pl
 
+from rag_eval_pipeline.lib.errors import InputError
+
 MANIFEST_NAME = "manifest.json"
 STORE_NAME = ".snapshot_store"
 CACHE_VERSION = "canonical-v1"
@@ -145,25 +147,37 @@ class SnapshotStore:
         os.chmod(temporary, READ_ONLY)
         os.replace(temporary, self._object(digest))
 
-    def _adopt(self, digest: str, path: Path | str) -> bool:
+    def _adopt(self, digest: str, path: Path | str, read=None) -> bool:
         """Make the file at ``path`` (linked nowhere else) the object ``digest`` by hard linking
         it, without copying; False when the object exists already or the file system cannot
-        link."""
+        link. ``read`` (the ``corpus.DocumentFile`` as read) is checked to be the file linked:
+        one written or replaced since it was read and hashed is taken back out of the store,
+        and fails the freeze (``_changed_since_read``)."""
+        target = self._object(digest)
         self._folder_of(digest)
         try:
-            os.link(path, self._object(digest))
+            os.link(path, target)
         except OSError:
             return False
+        if read is not None and _changed_since_read(os.stat(target), read):
+            os.unlink(target)
+            raise _changed_while_freezing(read)
         os.chmod(path, READ_ONLY)
         return True
 
-    def _link_to_object(self, digest: str, path: Path | str) -> bool:
-        """Replace the file at ``path`` by a hard link to the object ``digest`` (same bytes)."""
+    def _link_to_object(self, digest: str, path: Path | str, read=None) -> bool:
+        """Replace the file at ``path`` by a hard link to the object ``digest`` (same bytes); a
+        file written or replaced since it was read (``read``, as in ``_adopt``) is left as it is,
+        and fails the freeze, so an edit saved during the freeze is never replaced by the bytes
+        read before it."""
         temporary = _temporary(os.path.dirname(path), os.path.basename(path))
         try:
             os.link(self._object(digest), temporary)
         except OSError:
             return False
+        if read is not None and _changed_since_read(os.stat(path), read):
+            os.unlink(temporary)
+            raise _changed_while_freezing(read)
         os.replace(temporary, path)
         return True
 
@@ -247,7 +261,11 @@ class SnapshotStore:
         adoptable = document_file.links == 1 and not document_file.symlink
         # Not adopted: stored already (checked below as any stored object is), or no hard link
         # possible here.
-        if adoptable and digest in unseen and self._adopt(digest, document_file.location):
+        if (
+            adoptable
+            and digest in unseen
+            and self._adopt(digest, document_file.location, document_file)
+        ):
             return document_file.size
         try:
             existing = os.stat(target)
@@ -265,14 +283,18 @@ class SnapshotStore:
         if existing is None:
             stored = document_file.size
             # A damaged object is replaced (a hard link cannot replace it: its name is taken).
-            if not damaged and adoptable and self._adopt(digest, document_file.location):
+            if (
+                not damaged
+                and adoptable
+                and self._adopt(digest, document_file.location, document_file)
+            ):
                 return stored
             self._write_object(digest, document_file.content())
             problems.extend(
                 (position, problem) for problem in self._forget_edited(document_file, previous)
             )
         if not document_file.symlink:
-            self._link_to_object(digest, document_file.location)
+            self._link_to_object(digest, document_file.location, document_file)
         return stored
 
     def _forget_edited(self, document_file, previous: dict[str, dict]) -> list[str]:
@@ -379,6 +401,24 @@ class SnapshotStore:
         target = folder / f"{digest}.parquet"
         os.replace(temporary, target)
         return target
+
+
+def _changed_since_read(status: os.stat_result, read) -> bool:
+    """Whether ``status`` is of another file than ``read`` (a ``corpus.DocumentFile``), or of
+    the same one written since: another inode, size or modification time."""
+    return (
+        (status.st_dev, status.st_ino) != read.inode
+        or status.st_size != read.size
+        or (read.modified_ns is not None and status.st_mtime_ns != read.modified_ns)
+    )
+
+
+def _changed_while_freezing(read) -> InputError:
+    return InputError(
+        f"{read.path}: changed while the snapshot was being frozen (written or replaced after it "
+        "was read and hashed); nothing of it was stored and no manifest was written: freeze "
+        "again once nothing is writing to the snapshot"
+    )
 
 
 # -- manifests -----------------------------------------------------------------------------------
