@@ -54,6 +54,17 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new), encoding="utf-8")
 
 
+def edit_in_place(path: Path, old: str, new: str) -> None:
+    """Edit a document file through its own inode (as an editor that writes in place does,
+    or root writing to a read-only hard link)."""
+    os.chmod(path, 0o644)
+    with open(path, "r+", encoding="utf-8") as handle:
+        text = handle.read().replace(old, new)
+        handle.seek(0)
+        handle.write(text)
+        handle.truncate()
+
+
 def disk_bytes(root: Path) -> int:
     """Bytes allocated under ``root``, each inode counted once (what ``du`` reports)."""
     seen, total = set(), 0
@@ -179,12 +190,7 @@ def test_a_stored_file_edited_in_place_fails_loudly(library):
     folder = library / "2026-10-01"
     freeze(folder)
     document = folder / "documents" / "STORE-FRIDGE-001@v1.md"
-    os.chmod(document, 0o644)
-    with open(document, "r+", encoding="utf-8") as handle:
-        text = handle.read().replace("8 °C", "10 °C")
-        handle.seek(0)
-        handle.write(text)
-        handle.truncate()
+    edit_in_place(document, "8 °C", "10 °C")
     with pytest.raises(CorpusError, match=r"manifest\.json: .*changed: STORE-FRIDGE-001@v1"):
         load_snapshot(folder)
     # Freezing it again keeps the new bytes, forgets the damaged stored version and says so.
@@ -206,12 +212,7 @@ def test_an_edit_through_another_snapshots_link_names_the_shared_file(library):
     freeze(second)
     document = second / "documents" / "STORE-FRIDGE-001@v1.md"
     assert document.stat().st_nlink == 3
-    os.chmod(document, 0o644)
-    with open(document, "r+", encoding="utf-8") as handle:
-        text = handle.read().replace("8 °C", "10 °C")
-        handle.seek(0)
-        handle.write(text)
-        handle.truncate()
+    edit_in_place(document, "8 °C", "10 °C")
     with pytest.raises(CorpusError) as raised:
         load_snapshot(first)
     message = str(raised.value)
