@@ -321,7 +321,7 @@ def test_a_file_that_cannot_be_stored_fails_the_freeze_with_the_first_such_file(
     assert (folder / "manifest.json").read_bytes() == manifest
 
 
-@pytest.mark.parametrize("how", ["replaced", "written in place"])
+@pytest.mark.parametrize("how", ["replaced", "written in place", "removed"])
 @pytest.mark.parametrize("step", ["_adopt", "_link_to_object"])
 def test_a_file_changed_while_it_is_frozen_fails_the_freeze_and_keeps_its_new_bytes(
     library, monkeypatch, step, how
@@ -346,6 +346,8 @@ def test_a_file_changed_while_it_is_frozen_fails_the_freeze_and_keeps_its_new_by
         if os.path.basename(path) == document.name:
             if how == "replaced":
                 edit(document, "8 °C", "9 °C")
+            elif how == "removed":  # as an editor that moves the file away before saving
+                document.unlink()
             else:  # the same inode and size: told apart by its modification time
                 time.sleep(0.02)  # past the clock tick file times are taken at
                 with open(document, "r+", encoding="utf-8") as handle:
@@ -359,13 +361,70 @@ def test_a_file_changed_while_it_is_frozen_fails_the_freeze_and_keeps_its_new_by
         match=rf"^{re.escape(str(document))}: changed while the snapshot was being frozen",
     ):
         freeze(folder)
-    assert document.read_text(encoding="utf-8") == saved
+    if how == "removed":
+        assert not document.exists()
+    else:
+        assert document.read_text(encoding="utf-8") == saved
     assert not (folder / "manifest.json").exists()
+    # No temporary link is left beside the documents.
+    assert not [p.name for p in (folder / "documents").iterdir() if p.name.startswith(".")]
     stored = SnapshotStore.beside(folder).object_path(read_digest)
     if step == "_adopt":
         assert not stored.exists()
     else:  # the first snapshot's bytes, untouched
         assert hashlib.sha256(stored.read_bytes()).hexdigest() == read_digest
+
+
+def test_a_freeze_that_fails_on_a_changed_file_forgets_no_stored_version(library, monkeypatch):
+    """A file edited in place through its link (its frozen version's object gone stale) and
+    saved again during the next freeze: the freeze fails before it forgets that stale version,
+    so the warning that it is gone is never lost with the failure."""
+    folder = library / "2026-10-01"
+    freeze(folder)
+    document = folder / "documents" / "STORE-FRIDGE-001@v1.md"
+    frozen = json.loads((folder / "manifest.json").read_text())["documents"]
+    stale = SnapshotStore.beside(folder).object_path(frozen["STORE-FRIDGE-001@v1"]["sha256"])
+    edit_in_place(document, "8 °C", "10 °C")
+    monkeypatch.setattr(corpus, "read_document_file", _saving_after_read(document))
+    with pytest.raises(RagEvalError, match="changed while the snapshot was being frozen"):
+        freeze(folder)
+    assert stale.exists() and "11 °C" in document.read_text(encoding="utf-8")
+
+
+def _saving_after_read(document: Path):
+    """``corpus.read_document_file`` that, once ``document`` is read, saves it editor-style."""
+    read = corpus.read_document_file
+
+    def reading(path, *args, **kwargs):
+        result = read(path, *args, **kwargs)
+        if os.path.basename(path) == document.name:
+            edit(document, "10 °C", "11 °C")
+        return result
+
+    return reading
+
+
+def test_a_file_another_freeze_linked_meanwhile_is_kept(library, monkeypatch):
+    """Two freezes of one folder: the other has already made the file a link to the same
+    stored bytes, so it is not 'changed' (same bytes), and the freeze succeeds."""
+    first = library / "2026-10-01"
+    freeze(first)
+    folder = writable_copy(first, library / "2026-11-01")
+    (folder / "manifest.json").unlink()
+    document = folder / "documents" / "STORE-FRIDGE-001@v1.md"
+    link = SnapshotStore._link_to_object
+
+    def raced(self, digest, path, read=None):
+        if os.path.basename(path) == document.name:
+            link(self, digest, path)  # the other freeze, unchecked
+        return link(self, digest, path, read)
+
+    monkeypatch.setattr(SnapshotStore, "_link_to_object", raced)
+    freeze(folder)
+    stored = SnapshotStore.beside(folder).object_path(
+        corpus.read_document_file(document, folder).file_digest
+    )
+    assert os.path.samefile(document, stored) and load_snapshot(folder).corpus_digest
 
 
 def test_a_snapshot_without_documents_loads_from_the_store(library):
