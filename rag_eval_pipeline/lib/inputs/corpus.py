@@ -1361,10 +1361,15 @@ def resolved_manifest(snapshot_dir: Path) -> tuple[dict, dict[str, dict], Snapsh
     return manifest, entries, store
 
 
-def _describe_mismatch(frozen: dict[str, str], document_digests: dict[str, str]) -> str:
-    changed = sorted(
+def _changed_versions(frozen: dict[str, str], document_digests: dict[str, str]) -> list[str]:
+    """The version ids in both whose document digest is not the frozen one, sorted."""
+    return sorted(
         k for k in frozen.keys() & document_digests.keys() if frozen[k] != document_digests[k]
     )
+
+
+def _describe_mismatch(frozen: dict[str, str], document_digests: dict[str, str]) -> str:
+    changed = _changed_versions(frozen, document_digests)
     missing = sorted(frozen.keys() - document_digests.keys())
     added = sorted(document_digests.keys() - frozen.keys())
     parts = []
@@ -1383,13 +1388,8 @@ def _shared_edit_note(
     """For changed documents whose file has other hard links (the store's copy, and the same
     file in every snapshot frozen from a copy of this one): they were edited in place, perhaps
     through another snapshot's folder, so say so, and how to keep it from happening."""
-    shared = [
-        f
-        for f in files
-        if f.links > 1
-        and f.version_id in frozen
-        and frozen[f.version_id] != document_digests.get(f.version_id, frozen[f.version_id])
-    ]
+    changed = set(_changed_versions(frozen, document_digests))
+    shared = [f for f in files if f.links > 1 and f.version_id in changed]
     if not shared:
         return ""
     named = ", ".join(f"{f.path.name} ({f.links} links)" for f in shared[:5])

@@ -504,8 +504,8 @@ def write_trec_run(frame: pl.DataFrame, path: Path | str, tag: str) -> None:
 
 def _read_jsonl(path: Path, fields: Mapping[str, bool]) -> list[tuple[int, dict]]:
     """``(line, record)`` pairs of the file's non-blank lines (numbered as ``jsonl_lines`` does,
-    a JSON error worded by ``json_line_problem``, as for golden sets); ``fields`` maps each field to
-    whether it is required.
+    a JSON error worded by ``json_line_problem``, as for golden sets); ``fields`` maps each
+    field to whether it is required.
 
     Values are read as strings (a numeric id becomes its decimal text); a required field that is
     missing, null or not a string or number is an error naming the line.

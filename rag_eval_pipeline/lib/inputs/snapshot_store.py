@@ -204,9 +204,10 @@ class SnapshotStore:
         ``files`` are ``corpus.DocumentFile``s as read; ``previous`` the entries the folder was
         frozen with before; ``unseen`` the file digests the parse cache did not know, most likely
         never stored: such a file is linked into the store at once (then checked to be the file
-        read), and only when its object turns out to exist is it checked as below. Returns the bytes newly stored, and warnings: a file edited in place
-        while it was a hard link to a stored version (that stored version is gone; snapshots
-        that listed it no longer load), or a stored object found damaged and stored again.
+        read), and only when its object turns out to exist is it checked as below. Returns the
+        bytes newly stored, and warnings: a file edited in place while it was a hard link to a
+        stored version (that stored version is gone; snapshots that listed it no longer load),
+        or a stored object found damaged and stored again.
         A file on another file system than the store (no hard link possible) stays a copy.
 
         The files are stored on two threads (system calls, mostly, which release the GIL: a
