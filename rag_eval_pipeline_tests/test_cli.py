@@ -719,6 +719,16 @@ def test_rag_eval_sql_reads_the_warehouse_and_never_writes_it(tmp_path):
         "cited_ids,none,missing,parts\n"
         '"[""a@v1#s1"", ""b, c@v2#s1""]",[],,"{""k"": [1, 2], ""on"": ""2026-10-15""}"\n'
     )
+    # JSON has no NaN or infinity: a number that is one is null inside the JSON text.
+    odd = rag_eval(
+        "sql",
+        "SELECT [1.5, 'nan'::DOUBLE, 'inf'::DOUBLE, NULL] AS scores, "
+        "{'x': '-inf'::DOUBLE} AS part, 'nan'::DOUBLE AS plain",
+        "--csv",
+        env=env,
+    )
+    assert odd.returncode == 0, odd.stderr
+    assert odd.stdout == 'scores,part,plain\n"[1.5, null, null, null]","{""x"": null}",NaN\n'
 
 
 def test_the_latest_summary_mentions_a_later_night_that_did_not_finish(library, tmp_path):

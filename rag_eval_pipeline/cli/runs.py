@@ -3,6 +3,7 @@
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -309,7 +310,8 @@ def command_sql(args: argparse.Namespace) -> int:
 
 def _flat(frame):
     """``frame`` with each list, array or struct column (``cited_ids``, ``context_ids``) as
-    JSON text, which CSV can hold: ``["a#s1", "a#s2"]``; a null stays an empty field."""
+    JSON text, which CSV can hold: ``["a#s1", "a#s2"]``; a null stays an empty field, and a NaN
+    or infinite number inside is written as ``null`` (JSON has no such numbers)."""
     import json
 
     import polars as pl
@@ -319,13 +321,26 @@ def _flat(frame):
         pl.Series(
             name,
             [
-                None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+                None
+                if value is None
+                else json.dumps(_finite(value), ensure_ascii=False, allow_nan=False, default=str)
                 for value in frame[name].to_list()
             ],
             dtype=pl.String,
         )
         for name in nested
     )
+
+
+def _finite(value):
+    """``value`` (a list, dict or scalar) with every NaN or infinite float replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
 
 
 def add_commands(commands) -> None:
