@@ -435,6 +435,28 @@ def test_a_snapshot_without_documents_loads_from_the_store(library):
     assert snapshot.corpus_digest == digest and snapshot.document_count == 5
 
 
+def test_a_damaged_object_of_a_snapshot_without_documents_is_named(library, tmp_path):
+    """Without ``documents/`` the stored objects are the files: one edited in place (here
+    through a second hard link, so the edit-in-place note would fire) fails naming the version
+    and the object, not a ``documents/`` file that is not there."""
+    folder = library / "2026-10-01"
+    freeze(folder)
+    stored = SnapshotStore.beside(folder).object_path(
+        corpus.read_document_file(
+            folder / "documents" / "STORE-FRIDGE-001@v1.md", folder
+        ).file_digest
+    )
+    shutil.rmtree(folder / "documents")
+    os.link(stored, tmp_path / "another-link.md")
+    edit_in_place(stored, "8 °C", "6 °C")
+    with pytest.raises(CorpusError) as failed:
+        load_snapshot(folder)
+    message = str(failed.value)
+    assert message.startswith(f"{folder / 'manifest.json'}: no documents/ folder")
+    assert f"STORE-FRIDGE-001@v1 ({stored}) no longer has the bytes it is named by" in message
+    assert "Edited in place" not in message
+
+
 def test_a_delta_manifest_without_its_store_is_a_clear_error(library, tmp_path):
     first = library / "2026-10-01"
     freeze(first)

@@ -1427,8 +1427,10 @@ class SnapshotFiles:
 def _stored_files(
     snapshot_dir: Path, entries: dict[str, dict], store: SnapshotStore
 ) -> list[DocumentFile]:
-    """The files of a snapshot folder without ``documents/``: the stored objects it lists."""
-    files = []
+    """The files of a snapshot folder without ``documents/``: the stored objects it lists. An
+    object whose bytes are not the ones it is named by (damaged, or edited in place through a
+    hard link) fails, naming each such object (at most five) and how to store it again."""
+    files, damaged = [], []
     for version_id, entry in sorted(entries.items()):
         digest = entry.get("sha256")
         path = store.object_path(digest) if isinstance(digest, str) else None
@@ -1438,12 +1440,24 @@ def _stored_files(
                 f"{version_id}: no documents/ file and no stored copy {digest} in {store.root}",
             )
         stored = read_document_file(path, path.parent)
+        if stored.file_digest != digest:
+            damaged.append(f"{version_id} ({path})")
+            continue
         files.append(
             replace(
                 stored,
                 location=os.path.join(snapshot_dir, "documents", f"{version_id}.md"),
                 version_id=version_id,
             )
+        )
+    if damaged:
+        more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        raise _fail(
+            snapshot_dir / MANIFEST_NAME,
+            f"no documents/ folder, and the stored copy of {', '.join(damaged[:5])}{more} no "
+            "longer has the bytes it is named by (damaged, or edited in place through a hard "
+            "link): freeze a folder holding the version's frozen file (a checkout of this "
+            "snapshot's documents/) to store it again",
         )
     return files
 
