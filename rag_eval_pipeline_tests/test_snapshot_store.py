@@ -321,7 +321,10 @@ def test_a_file_that_cannot_be_stored_fails_the_freeze_with_the_first_such_file(
     assert (folder / "manifest.json").read_bytes() == manifest
 
 
-@pytest.mark.parametrize("how", ["replaced", "written in place", "removed"])
+@pytest.mark.parametrize(
+    "how",
+    ["replaced", "written in place", "removed", "replaced, time kept", "resized, time kept"],
+)
 @pytest.mark.parametrize("step", ["_adopt", "_link_to_object"])
 def test_a_file_changed_while_it_is_frozen_fails_the_freeze_and_keeps_its_new_bytes(
     library, monkeypatch, step, how
@@ -339,19 +342,27 @@ def test_a_file_changed_while_it_is_frozen_fails_the_freeze_and_keeps_its_new_by
         folder = first
         (folder / "manifest.json").unlink()
     document = folder / "documents" / "STORE-FRIDGE-001@v1.md"
-    saved = document.read_text(encoding="utf-8").replace("8 °C", "9 °C")
+    new = "9 °C" if how != "resized, time kept" else "9.5 °C"
+    saved = document.read_text(encoding="utf-8").replace("8 °C", new)
     original = getattr(SnapshotStore, step)
 
     def editing(self, digest, path, read=None):
         if os.path.basename(path) == document.name:
-            if how == "replaced":
-                edit(document, "8 °C", "9 °C")
+            modified = document.stat().st_mtime_ns
+            if how.startswith("replaced"):  # another inode (of the same size), saved beside
+                temporary = document.with_name(".saving")  # it first: never its inode again
+                temporary.write_text(saved, encoding="utf-8")
+                os.replace(temporary, document)
             elif how == "removed":  # as an editor that moves the file away before saving
                 document.unlink()
+            elif how == "resized, time kept":  # the same inode, another size
+                edit_in_place(document, "8 °C", new)
             else:  # the same inode and size: told apart by its modification time
                 time.sleep(0.02)  # past the clock tick file times are taken at
                 with open(document, "r+", encoding="utf-8") as handle:
                     handle.write(saved)
+            if how.endswith("time kept"):  # only the inode or the size tells the change
+                os.utime(document, ns=(modified, modified))
         return original(self, digest, path, read)
 
     monkeypatch.setattr(SnapshotStore, step, editing)
