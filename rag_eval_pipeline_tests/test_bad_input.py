@@ -68,6 +68,33 @@ def test_a_golden_item_wrapped_over_lines_is_told_to_stay_on_one(library):
         load_golden_set(golden)
 
 
+@pytest.mark.parametrize("kind", ["human labels", "production traces", "BEIR corpus"])
+def test_every_json_lines_reader_tells_a_wrapped_record_to_stay_on_one_line(tmp_path, kind):
+    """Human labels, production traces and the import formats read JSON Lines as golden sets
+    do: a pretty-printed record names its file and first line, and says to keep it whole on
+    one line."""
+    from rag_eval_pipeline.lib.inputs.formats import read_beir
+    from rag_eval_pipeline.lib.inputs.traces import load_traces
+    from rag_eval_pipeline.lib.judges.calibration import load_human_labels
+
+    name, record, read = {
+        "human labels": (
+            "labels.jsonl",
+            {"item_id": "q1", "claim": "A claim.", "verdict": "supported"},
+            load_human_labels,
+        ),
+        "production traces": ("traces.jsonl", {"trace_id": "t1", "question": "Q?"}, load_traces),
+        "BEIR corpus": ("corpus.jsonl", {"_id": "d1", "title": "T", "text": "x"}, read_beir),
+    }[kind]
+    path = tmp_path / name
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    with pytest.raises(Exception) as raised:
+        read(tmp_path if kind == "BEIR corpus" else path)  # a BEIR collection is a folder
+    message = str(raised.value)
+    assert message.startswith(f"{path}:1: malformed JSON"), message
+    assert message.endswith("before its JSON value does: each item must be whole on one line")
+
+
 def test_a_truncated_golden_line_gets_the_whole_message_and_the_parsers_column(library):
     """A line cut off inside a string: the message is the parser's whole sentence, with the
     column it names (where the unclosed string opens, not where the line ends)."""
