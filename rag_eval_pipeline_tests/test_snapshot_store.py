@@ -681,6 +681,43 @@ def test_the_parse_cache_is_keyed_by_bytes_and_version(library, tmp_path):
     assert snapshot.parsed == 5
 
 
+def test_the_parse_cache_parts_are_merged_only_past_the_limit_of_intact_parts(library, monkeypatch):
+    """Each freeze that parses adds a part; the parts are merged only when more than
+    ``MAX_CACHE_PARTS`` of them are intact (a damaged file is counted, then found out), and the
+    merged part keeps every document, so nothing is parsed again."""
+    from rag_eval_pipeline.lib.inputs import snapshot_store
+
+    monkeypatch.setattr(snapshot_store, "MAX_CACHE_PARTS", 2)
+    folders = [library / "2026-10-01"]
+    freeze(folders[0])
+    store = SnapshotStore.beside(folders[0])
+    parts = store.root / "parsed"
+
+    def next_snapshot(name: str, old: str, new: str) -> Path:
+        folder = writable_copy(folders[0], library / name)
+        (folder / "manifest.json").unlink()
+        edit(folder / "documents" / "STORE-FRIDGE-001@v1.md", old, new)
+        freeze(folder)
+        folders.append(folder)
+        return folder
+
+    next_snapshot("2026-11-01", "8 °C", "6 °C")
+    assert len(list(parts.rglob("*.parquet"))) == 2  # not past the limit
+    # A third part that is damaged: three files, two intact parts, so no merge.
+    damaged = sorted(parts.rglob("*.parquet"))[0]
+    os.chmod(damaged, 0o644)
+    kept_bytes = damaged.read_bytes()
+    damaged.write_bytes(b"not parquet")
+    next_snapshot("2026-12-01", "8 °C", "7 °C")
+    assert len(list(parts.rglob("*.parquet"))) == 3
+    damaged.write_bytes(kept_bytes)  # repaired: three intact parts now, past the limit
+    next_snapshot("2027-01-01", "8 °C", "5 °C")
+    merged = list(parts.rglob("*.parquet"))
+    assert len(merged) == 1 and merged[0].stem == hashlib.sha256(merged[0].read_bytes()).hexdigest()
+    for folder in folders:
+        assert load_snapshot(folder).parsed == 0, folder
+
+
 # -- the fast paths give exactly what the slow ones give --------------------------------------
 
 FRONT_MATTERS = [
