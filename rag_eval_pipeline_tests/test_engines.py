@@ -284,6 +284,15 @@ def test_multiprocess_nightly_equals_in_process(bundled_in_process, tmp_path):
         and entry.dagster_event.event_type_value == "STEP_WORKER_STARTED"
     }
     assert len(pids) > 10
+    # The run carries its partition's tags as Dagster makes them (the UI's partition pages).
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(environment["DAGSTER_HOME"])) as instance:
+        tags = instance.get_run_by_id(dagster_run_id(warehouse)).tags
+    key = partition_key(NIGHT, BUNDLED)
+    assert {name: tags.get(name) for name in NIGHT_TAGS} == {
+        "dagster/partition": key,
+        "dagster/partition/night": NIGHT,
+        "dagster/partition/suite": BUNDLED,
+    }
 
 
 @needs_redis

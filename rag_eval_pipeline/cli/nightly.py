@@ -271,15 +271,16 @@ def run_job(
     origin = job_origin(defs, job_name)
     try:
         with interrupts_stop_the_run():
-            if in_process:
-                from dagster._core.definitions.job_base import InMemoryJob
-                from dagster._core.execution.execute_in_process import merge_run_tags
+            from dagster._core.definitions.job_base import InMemoryJob
+            from dagster._core.execution.execute_in_process import merge_run_tags
 
-                job_def = defs.resolve_job_def(job_name)
-                # The partition's tags (its key checked) as ``execute_in_process`` adds them.
-                tags = merge_run_tags(job_def, key, tags, None, instance, config)
+            job_def = defs.resolve_job_def(job_name)
+            # The partition's tags (its key checked) as ``execute_in_process`` adds them, for
+            # every executor.
+            tags = merge_run_tags(job_def, key, tags, None, instance, config)
+            if in_process:
                 return execute_here(instance, InMemoryJob(job_def), config, tags, origin)
-            result = execute_on_workers(instance, job_name, key, config, tags, origin)
+            result = execute_on_workers(instance, job_name, config, tags, origin)
             print_finished_steps(instance, result.run_id)
             return result
     except dg.DagsterInvalidConfigError as error:
@@ -338,21 +339,14 @@ def execute_here(instance, job, config: dict, tags: dict, origin):
     return execute_run(job, run, instance, raise_on_error=False)
 
 
-def execute_on_workers(instance, job_name: str, key: str, config: dict, tags: dict, origin):
+def execute_on_workers(instance, job_name: str, config: dict, tags: dict, origin):
     """Run a job whose steps run in other processes (multiprocess, Celery workers): they rebuild
     the job from the environment (``defs.reconstruct``), so every process must see the same
-    ``RAG_EVAL_*`` variables and instance. The run id is the instance's."""
+    ``RAG_EVAL_*`` variables and instance. ``tags`` carry the partition's. The run id is the
+    instance's."""
     from rag_eval_pipeline.defs.reconstruct import reconstructable_job
 
-    night, suite = key.split("|")
-    partition_tags = {
-        "dagster/partition": key,
-        "dagster/partition/night": night,
-        "dagster/partition/suite": suite,
-    }
-    return execute_here(
-        instance, reconstructable_job(job_name), config, {**tags, **partition_tags}, origin
-    )
+    return execute_here(instance, reconstructable_job(job_name), config, tags, origin)
 
 
 def print_finished_steps(instance, run_id: str) -> None:
