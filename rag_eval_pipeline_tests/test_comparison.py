@@ -18,7 +18,11 @@ from rag_eval_pipeline.defs.resources import ReferenceSystemResource
 from rag_eval_pipeline.lib.deployment import Deployment
 from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
 from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
-from rag_eval_pipeline.lib.metrics.comparison import mcnemar_exact, paired_bootstrap
+from rag_eval_pipeline.lib.metrics.comparison import (
+    COMPARED_METRICS,
+    mcnemar_exact,
+    paired_bootstrap,
+)
 from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_REASON_TAG,
     REBASELINE_TAG,
@@ -133,7 +137,7 @@ def test_same_digests_request_the_comparison(nights):
         {"run": candidate},
     )
     assert ("Success@5", 0.0, 1.0, 3, True) in rows
-    assert len(rows) == 11  # COMPARED_METRICS
+    assert len(rows) == len(COMPARED_METRICS)
 
 
 def test_a_night_whose_guard_ran_in_its_own_process_is_not_decided_again(nights):
@@ -451,13 +455,118 @@ def test_paired_bootstrap_agrees_with_scipy():
     assert p_value < 0.001
 
 
+JUDGE_VERDICTS = (
+    "CREATE TABLE judge_verdicts (eval_run_id VARCHAR, item_id VARCHAR, source VARCHAR, "
+    "verdict VARCHAR)"
+)
+
+
+def test_citation_validity_and_faithfulness_are_compared_on_the_items_both_runs_answered():
+    """Citation validity pairs the answerable items answered in both runs, faithfulness the
+    answerable items judged in both (golden verdicts; judge errors left out), each computed by
+    hand here: a1 cites validly then not (b = 1, c = 0: McNemar p = 2 * 0.5 = 1.0), a2 and a4
+    validly in both (1 -> 2/3 over n = 3); a3 is refused by the candidate (paired in neither), n1 is a no-answer item (in
+    neither). Faithfulness a1 2/2 -> 1/2 (a judge error left out), a2 1/2 -> 3/4 (a production
+    verdict left out): 0.75 -> 0.625 over n = 2; a4 has only a judge error (no value)."""
+    from rag_eval_pipeline.lib.runs.baselines import compare_runs, item_values
+
+    items = [
+        # run, item, answerable, refused, citation_valid
+        ("base", "a1", True, False, True),
+        ("base", "a2", True, False, True),
+        ("base", "a3", True, False, True),
+        ("base", "a4", True, False, True),
+        ("base", "n1", False, False, False),
+        ("cand", "a1", True, False, False),
+        ("cand", "a2", True, False, True),
+        ("cand", "a3", True, True, None),
+        ("cand", "a4", True, False, True),
+        ("cand", "n1", False, False, True),
+    ]
+    verdicts = [
+        ("base", "a1", "golden", "ENTAILED"),
+        ("base", "a1", "golden", "ENTAILED"),
+        ("base", "a2", "golden", "ENTAILED"),
+        ("base", "a2", "golden", "CONTRADICTED"),
+        ("base", "a3", "golden", "ENTAILED"),
+        ("base", "a4", "golden", "ENTAILED"),
+        ("base", "n1", "golden", "UNSUPPORTED"),
+        ("cand", "a1", "golden", "ENTAILED"),
+        ("cand", "a1", "golden", "UNSUPPORTED"),
+        ("cand", "a1", "golden", "JUDGE_ERROR"),
+        ("cand", "a2", "golden", "ENTAILED"),
+        ("cand", "a2", "golden", "ENTAILED"),
+        ("cand", "a2", "golden", "ENTAILED"),
+        ("cand", "a2", "golden", "UNSUPPORTED"),
+        ("cand", "a2", "production", "UNSUPPORTED"),
+        ("cand", "a4", "golden", "JUDGE_ERROR"),
+        ("cand", "n1", "golden", "ENTAILED"),
+    ]
+    with duckdb.connect() as connection:
+        connection.execute(
+            "CREATE TABLE retrieval_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
+            "measure VARCHAR, k INTEGER, value DOUBLE)"
+        )
+        connection.execute(
+            "CREATE TABLE generation_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
+            "answerable BOOLEAN, refused BOOLEAN, correct BOOLEAN, confident_wrong BOOLEAN, "
+            "token_f1 DOUBLE, citation_valid BOOLEAN)"
+        )
+        connection.executemany(
+            "INSERT INTO generation_item_metrics VALUES (?, ?, ?, ?, NULL, FALSE, NULL, ?)", items
+        )
+        connection.execute(JUDGE_VERDICTS)
+        connection.executemany("INSERT INTO judge_verdicts VALUES (?, ?, ?, ?)", verdicts)
+        connection.execute(
+            "CREATE TABLE eval_runs (eval_run_id VARCHAR, judge_id VARCHAR, "
+            "judge_config_digest VARCHAR)"
+        )
+        connection.execute(
+            "INSERT INTO eval_runs VALUES ('base', 'deterministic', 'aaa'), "
+            "('cand', 'deterministic', 'aaa'), ('other', 'llm', 'bbb')"
+        )
+        values = item_values(connection, "cand")
+        assert sorted(values.filter(metric="faithfulness").rows()) == [
+            ("a1", "faithfulness", 0.5),
+            ("a2", "faithfulness", 0.75),
+        ]
+        compared = {
+            row["metric"]: row
+            for row in compare_runs(connection, "cand", "base").iter_rows(named=True)
+        }
+        # The same items judged by another judge: faithfulness is left out, and said so.
+        connection.execute(
+            "UPDATE judge_verdicts SET eval_run_id = 'other' WHERE eval_run_id = 'base'"
+        )
+        connection.execute(
+            "UPDATE generation_item_metrics SET eval_run_id = 'other' WHERE eval_run_id = 'base'"
+        )
+        other_judge = compare_runs(connection, "cand", "other")["metric"].to_list()
+        from rag_eval_pipeline.lib.runs.baselines import judge_note
+        from rag_eval_pipeline.lib.runs.registry import run_row
+
+        note = judge_note(run_row(connection, "cand"), run_row(connection, "other"))
+    validity, faithfulness = compared["citation_validity"], compared["faithfulness"]
+    assert (validity["baseline_value"], validity["n"]) == (1.0, 3)
+    assert validity["candidate_value"] == pytest.approx(2 / 3)
+    assert validity["test"] == "mcnemar_exact" and validity["p_value"] == 1.0
+    assert faithfulness["baseline_value"] == pytest.approx(0.75)
+    assert faithfulness["candidate_value"] == pytest.approx(0.625)
+    assert faithfulness["delta"] == pytest.approx(-0.125) and faithfulness["n"] == 2
+    assert faithfulness["test"] == "paired_bootstrap"
+    assert "citation_validity" in other_judge and "faithfulness" not in other_judge
+    assert note == (
+        "faithfulness not compared: judged by deterministic (aaa), the other run by llm (bbb)"
+    )
+
+
 def test_refusals_are_compared_per_stratum_and_confident_wrong_on_answerable_items():
     """A refusal is a failure on an answerable item and a success on a no-answer one, so the
     comparison keeps them apart as the summary does: here the candidate answers one more
     answerable item right and refuses both no-answer items the baseline answered. By hand:
     false_refusal 1/2 -> 0/2, confident_wrong (answerable) 0/2 -> 0/2, correct_refusal 0/2 ->
     2/2; one "refused" rate over all four items would have stayed at 1/4 -> 2/4, a regression."""
-    from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, compare_items
+    from rag_eval_pipeline.lib.metrics.comparison import compare_items
     from rag_eval_pipeline.lib.runs.baselines import item_values
 
     rows = [
@@ -479,11 +588,12 @@ def test_refusals_are_compared_per_stratum_and_confident_wrong_on_answerable_ite
         connection.execute(
             "CREATE TABLE generation_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
             "answerable BOOLEAN, refused BOOLEAN, correct BOOLEAN, confident_wrong BOOLEAN, "
-            "token_f1 DOUBLE)"
+            "token_f1 DOUBLE, citation_valid BOOLEAN)"
         )
         connection.executemany(
-            "INSERT INTO generation_item_metrics VALUES (?, ?, ?, ?, ?, ?, NULL)", rows
+            "INSERT INTO generation_item_metrics VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)", rows
         )
+        connection.execute(JUDGE_VERDICTS)
         candidate, baseline = item_values(connection, "cand"), item_values(connection, "base")
     compared = {
         row["metric"]: row

@@ -153,7 +153,7 @@ def command_history(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    from rag_eval_pipeline.lib.runs.baselines import compare_runs
+    from rag_eval_pipeline.lib.runs.baselines import compare_runs, judge_note
     from rag_eval_pipeline.lib.runs.record import comparability
     from rag_eval_pipeline.lib.runs.registry import run_row
 
@@ -167,6 +167,8 @@ def command_compare(args: argparse.Namespace) -> int:
             if not run["complete"]:
                 raise ConfigError(f"evaluation run {name} is {run['status']}, not complete")
         comparable, reason = comparability(candidate, baseline, other="run")
+        if comparable and (note := judge_note(candidate, baseline)):
+            reason = f"{reason}; {note}"
         print(f"{args.run_a} against {args.run_b}: {reason}")
         if not comparable:
             return 1

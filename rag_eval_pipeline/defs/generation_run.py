@@ -78,7 +78,21 @@ def finish_generation(
         check_name=CITATION_CHECK,
         passed=invalid.height == 0,
         severity=dg.AssetCheckSeverity.ERROR,
+        description=invalid_citations_message(invalid, int((~results["refused"]).sum())),
         metadata={"answers_with_invalid_citations": invalid.height},
+    )
+
+
+def invalid_citations_message(invalid: pl.DataFrame, answered: int) -> str:
+    """What the citation check found: how many answers cite ids outside the context sent (or
+    none), and the first five of their items."""
+    if not invalid.height:
+        return f"all {answered} answers cite only ids of the context sent"
+    items = invalid.sort("item_id")["item_id"].to_list()
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    return (
+        f"{invalid.height} of {answered} answers cite ids outside the context sent (or cite "
+        f"nothing): {', '.join(items[:5])}{more}"
     )
 
 

@@ -5,9 +5,13 @@ Runs are compared item by item (the same golden question in both runs):
   correct refusal on the no-answer items) with the exact McNemar
   test: under the null the discordant pairs split 50/50, p = min(1, 2 * P(X <= min(b, c))) with
   X ~ Binomial(b + c, 1/2) (statsmodels ``mcnemar(exact=True)``);
-- means (RR@k, nDCG@k, recall, token F1) with a paired percentile bootstrap of the mean
-  difference, seeded; its two-sided p-value is twice the smaller tail share of resampled means
-  on either side of 0 (at least 1 / resamples).
+- citation validity (every cited id in the context sent) on the answerable items answered in
+  both runs, also with the exact McNemar test;
+- means (RR@k, nDCG@k, recall, token F1, and faithfulness on the answerable items judged in
+  both runs) with a paired percentile bootstrap of the mean difference, seeded; its two-sided
+  p-value is twice the smaller tail share of resampled means on either side of 0 (at least
+  1 / resamples). Faithfulness is compared only between runs judged by the same judge
+  configuration (``judge_based``): another judge measures it otherwise.
 Every delta is candidate minus baseline. The same paired bootstrap gives the interval of a
 binary metric's delta, beside its McNemar p-value.
 """
@@ -32,6 +36,8 @@ class MetricSpec:
     metric: str
     test: str
     higher_is_better: bool = True
+    # A judge's verdicts decide it: compared only between runs with the same judge.
+    judge_based: bool = False
 
 
 COMPARED_METRICS = (
@@ -48,6 +54,8 @@ COMPARED_METRICS = (
     MetricSpec("confident_wrong", MCNEMAR, higher_is_better=False),
     MetricSpec("token_f1", PAIRED_BOOTSTRAP),
     MetricSpec("correct_refusal", MCNEMAR),
+    MetricSpec("citation_validity", MCNEMAR),
+    MetricSpec("faithfulness", PAIRED_BOOTSTRAP, judge_based=True),
 )
 
 

@@ -91,14 +91,33 @@ def compare_runs(
     seed: int = 20261001,
     resamples: int = 2000,
 ) -> pl.DataFrame:
-    """Paired comparison of two runs, metric by metric (see ``metrics.comparison``)."""
+    """Paired comparison of two runs, metric by metric (see ``metrics.comparison``); the
+    judge-based metrics only when both runs were judged by the same judge configuration
+    (``judge_note`` says when they were not)."""
+    same_judge = not judge_note(
+        registry.run_row(connection, candidate_run_id) or {},
+        registry.run_row(connection, baseline_run_id) or {},
+    )
     return compare_items(
         item_values(connection, candidate_run_id),
         item_values(connection, baseline_run_id),
-        COMPARED_METRICS,
+        [spec for spec in COMPARED_METRICS if same_judge or not spec.judge_based],
         seed=seed,
         resamples=resamples,
     )
+
+
+def judge_note(candidate: dict, baseline: dict) -> str:
+    """Empty when two runs were judged by the same judge configuration; else what says the
+    judge-based metrics were not compared, naming both judges."""
+    if candidate.get("judge_config_digest") == baseline.get("judge_config_digest"):
+        return ""
+    names = [
+        f"{run.get('judge_id')} ({str(run.get('judge_config_digest'))[:12]})"
+        for run in (candidate, baseline)
+    ]
+    judged = ", ".join(spec.metric for spec in COMPARED_METRICS if spec.judge_based)
+    return f"{judged} not compared: judged by {names[0]}, the other run by {names[1]}"
 
 
 @dataclass(frozen=True)
