@@ -286,3 +286,18 @@ def test_a_publish_that_fails_while_the_report_is_drawn_leaves_no_page(
     with duckdb.connect(str(path), read_only=True) as connection:
         nights = rows(connection, "SELECT partition_date::VARCHAR FROM eval_runs")
     assert nights == [("2026-10-15",)]
+
+
+def test_the_citation_check_names_how_many_answers_and_which_items_cite_outside_the_context():
+    import polars as pl
+
+    from rag_eval_pipeline.defs.generation_run import invalid_citations_message
+
+    invalid = pl.DataFrame({"item_id": [f"q{n}" for n in (7, 1, 3, 2, 9, 4, 8)]})
+    assert invalid_citations_message(invalid, 190) == (
+        "7 of 190 answers cite ids outside the context sent (or cite nothing): "
+        "q1, q2, q3, q4, q7 and 2 more"
+    )
+    assert invalid_citations_message(invalid.head(0), 12) == (
+        "all 12 answers cite only ids of the context sent"
+    )
