@@ -425,6 +425,11 @@ def test_snapshot_that_no_longer_matches_its_manifest(library, tmp_path):
     assert "manifest.json" in message
     assert "no longer match the manifest digest" in message
     assert "changed: STORE-FRIDGE-001@v1" in message
+    assert message.endswith(
+        f"changed: STORE-FRIDGE-001@v1. If the change is meant, freeze the snapshot again "
+        f"(rag-eval freeze {library / '2026-10-01'}); otherwise put its frozen files back (a "
+        "checkout of this snapshot)"
+    )
     warehouse = tmp_path / "w.duckdb"
     result = materialize_night(library, warehouse)
     assert not result.success

@@ -271,8 +271,8 @@ def test_a_renamed_frozen_snapshot_is_refused_until_frozen_again(library):
         load_snapshot(renamed)
     assert str(raised.value) == (
         f"{renamed / 'manifest.json'}: frozen as snapshot '2026-10-01', but the folder is "
-        f"'2026-10-03': a renamed snapshot is frozen again under its new name "
-        f"(rag-eval freeze {renamed})"
+        f"'2026-10-03': a snapshot copied or renamed from another is frozen under its own "
+        f"name before a night uses it (rag-eval freeze {renamed})"
     )
     freeze_snapshot(renamed)
     assert load_snapshot(renamed).snapshot_id == "2026-10-03"

@@ -496,6 +496,21 @@ def test_a_staged_snapshot_is_verified_without_parsing(library, tmp_path):
         stage_snapshot(store, folder, dt.datetime(2026, 10, 17))
 
 
+def test_an_unfrozen_copy_of_a_staged_snapshot_is_refused_not_taken_for_it(library, tmp_path):
+    """A copy of a snapshot folder (its manifest too) that was never frozen has the staged
+    snapshot's file digests: it is refused by its name, rather than staged as the snapshot it
+    was copied from (its night would report that snapshot's id)."""
+    folder = library / "2026-10-01"
+    freeze(folder)
+    store = RunStore(tmp_path / "store")
+    stage_snapshot(store, folder, dt.datetime(2026, 10, 15))
+    copy = writable_copy(folder, library / "2026-11-25")
+    with pytest.raises(CorpusError, match=r"frozen as snapshot '2026-10-01', but the folder is"):
+        stage_snapshot(store, copy, dt.datetime(2026, 11, 26))
+    freeze(copy)
+    assert stage_snapshot(store, copy, dt.datetime(2026, 11, 26)).snapshot_id == "2026-11-25"
+
+
 def test_a_load_reads_the_parse_cache_beside_the_files_and_fails_as_the_files_do(
     library, tmp_path, monkeypatch
 ):

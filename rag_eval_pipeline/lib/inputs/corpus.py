@@ -1403,6 +1403,15 @@ def _shared_edit_note(
     )
 
 
+def _refreeze_note(snapshot_dir: Path) -> str:
+    """What to do about a snapshot whose files changed since its freeze (not through a link
+    shared with other snapshots: ``_shared_edit_note`` says that case)."""
+    return (
+        f". If the change is meant, freeze the snapshot again (rag-eval freeze {snapshot_dir}); "
+        "otherwise put its frozen files back (a checkout of this snapshot)"
+    )
+
+
 @dataclass(frozen=True)
 class SnapshotFiles:
     """A snapshot folder as read, nothing parsed: its manifest, every document version's
@@ -1472,6 +1481,15 @@ def read_snapshot(
     (``_files_and_cached_rows``) and kept with them."""
     snapshot_dir = Path(snapshot_dir)
     manifest, entries, store = resolved_manifest(snapshot_dir)
+    if manifest["snapshot_id"] != snapshot_dir.name:
+        # A night takes the folder by its name (its date); its figures would carry another,
+        # and a copy of a staged snapshot would pass for it by its file digests alone.
+        raise _fail(
+            snapshot_dir / MANIFEST_NAME,
+            f"frozen as snapshot {manifest['snapshot_id']!r}, but the folder is "
+            f"{snapshot_dir.name!r}: a snapshot copied or renamed from another is frozen under "
+            f"its own name before a night uses it (rag-eval freeze {snapshot_dir})",
+        )
     if not (snapshot_dir / "documents").is_dir() and store is not None and entries:
         read = partial(_stored_files, snapshot_dir, entries, store)
     else:
@@ -1548,18 +1566,10 @@ def verify_snapshot(
                 f"snapshot files no longer match the manifest digest "
                 f"{said[:shown]} (now {now[:shown]}): "
                 f"{_describe_mismatch(frozen, document_digests)}"
-                f"{_shared_edit_note(files, frozen, document_digests)}",
+                f"{_shared_edit_note(files, frozen, document_digests) or _refreeze_note(snapshot_dir)}",
             )
         frozen_at = read.manifest.get("frozen_at")
         snapshot_id = read.manifest["snapshot_id"]
-        if snapshot_id != snapshot_dir.name:
-            # A night takes the folder by its name (its date); its figures would carry another.
-            raise _fail(
-                snapshot_dir / MANIFEST_NAME,
-                f"frozen as snapshot {snapshot_id!r}, but the folder is {snapshot_dir.name!r}: "
-                f"a renamed snapshot is frozen again under its new name "
-                f"(rag-eval freeze {snapshot_dir})",
-            )
     return VerifiedSnapshot(
         snapshot_id=snapshot_id,
         corpus_digest=digest,
