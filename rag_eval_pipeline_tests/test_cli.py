@@ -783,6 +783,81 @@ def test_the_latest_summary_mentions_a_later_night_that_did_not_finish(library, 
     assert f"Evaluation run {runs[1]}" in shown.stdout and "warning" not in shown.stderr
 
 
+def test_the_summary_names_failed_attempts_the_warehouse_cannot_show(
+    library, tmp_path, monkeypatch
+):
+    """Two failures that leave the warehouse as it was, each named by ``rag-eval summary``
+    from the Dagster instance: a later attempt of a completed evaluation run (same identity)
+    that failed after it began (its run stays complete: the figures are the earlier
+    attempt's), and a night whose system could not be asked for its version, which never got
+    an evaluation run. A run that completes the night again clears the warning."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    from rag_eval_pipeline.defs import generation_run
+    from rag_eval_pipeline.defs.resources import ReferenceSystemResource
+    from rag_eval_pipeline.testing import materialize_suite
+
+    from .conftest import SUITE, fixture_assets, fixture_resources
+
+    home, warehouse = tmp_path / "home", tmp_path / "w.duckdb"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("")
+    env = {"RAG_EVAL_WAREHOUSE": str(warehouse), "DAGSTER_HOME": str(home)}
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+
+        def night(expect_success: bool = True):
+            result = materialize_suite(
+                "2026-10-15",
+                SUITE,
+                fixture_resources(library, warehouse),
+                assets=fixture_assets(),
+                instance=instance,
+            )
+            assert result.success is expect_success
+            return result
+
+        first = night().output_for_node("retrieval_run", "retrieval_run")["eval_run_id"]
+        assert rag_eval("summary", env=env).stderr == ""
+
+        def gone(*_):
+            raise RuntimeError("the answers went missing")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(generation_run, "invalid_citations_message", gone)
+            attempt = night(expect_success=False).run_id
+        asked = rag_eval("summary", first, env=env)
+        assert asked.returncode == 0  # still complete: the earlier attempt's figures
+        assert (
+            asked.stderr.startswith(
+                f"warning: a later attempt of this evaluation run (Dagster run {attempt}, after this "
+                "run completed) did not finish: step generation_run failed: "
+            )
+            and "the answers went missing" in asked.stderr
+        )
+
+        def down(self):
+            raise RuntimeError("http://127.0.0.1:9/health: connection failed")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(ReferenceSystemResource, "config", down)
+            never = night(expect_success=False).run_id
+        latest = rag_eval("summary", env=env)
+        assert latest.returncode == 0 and f"Evaluation run {first}" in latest.stdout
+        lines = latest.stderr.splitlines()
+        assert len(lines) == 2, latest.stderr
+        assert (
+            lines[0].startswith(
+                f"warning: night 2026-10-15 of suite {SUITE} (Dagster run {never}, after this run "
+                "completed) did not finish: step retrieval_run"
+            )
+            and "connection failed" in lines[0]
+        )
+        assert f"(Dagster run {attempt}," in lines[1]
+        night()  # completed again: nothing left unfinished
+        assert rag_eval("summary", env=env).stderr == ""
+
+
 def test_the_summary_says_when_a_complete_run_has_no_report(library, tmp_path):
     """A night killed between its publish and its report is complete in the warehouse without
     the file: the summary said where the report is, as if it were there."""

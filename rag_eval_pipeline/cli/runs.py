@@ -32,6 +32,7 @@ def suite_with_runs(connection, name: str) -> bool:
 
 def command_summary(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
+    from rag_eval_pipeline.lib.runs import registry
     from rag_eval_pipeline.lib.runs.registry import latest_complete_run
 
     warehouse = project.existing_warehouse()
@@ -53,6 +54,9 @@ def command_summary(args: argparse.Namespace) -> int:
                 sql_query("runs", "newer_unfinished"), {"suite": args.suite, "eval_run_id": run_id}
             ).fetchall()
         )
+        failed = failed_attempts(
+            connection, registry.run_row(connection, run_id), args.suite, args.eval_run_id
+        )
     for unfinished, night, status, reason, begun_after in newer:
         # The latest night's completed run is shown; one of a later night or begun after it
         # that did not finish is not passed over in silence (tonight's failed night, say).
@@ -61,11 +65,88 @@ def command_summary(args: argparse.Namespace) -> int:
         print(
             f"warning: {unfinished} (night {night}), {relation}, is {status}{why}", file=sys.stderr
         )
+    warned = {row[0] for row in newer}
+    for line in (line for eval_run, line in failed if eval_run not in warned):
+        print(f"warning: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(headline, indent=2, default=str))
     else:
         print(format_summary(headline, warehouse=str(warehouse.path)))
     return 0 if headline["status"] == "complete" else 1
+
+
+def failed_attempts(
+    connection, shown: dict | None, suite: str | None, asked: str | None
+) -> list[tuple[str | None, str]]:
+    """``(eval_run_id tag, line)`` of each failed Dagster run of a night (the nightly job, a
+    re-baseline, a materialization from the UI) created after the ``shown`` run completed,
+    which the warehouse cannot show: with ``asked`` (a run id given), a later attempt of that
+    evaluation run that failed (the figures shown are an earlier attempt's); otherwise a failed
+    night of the suite (any suite without ``suite``) that no run completed since, including one
+    that failed before it had an evaluation run at all (a system that could not be asked for
+    its version). A run that completed its evaluation and then failed a gate is not one. Read
+    from the project's Dagster instance; none when there is none."""
+    from rag_eval_pipeline.lib.paths import project_root
+
+    home = os.environ.get("DAGSTER_HOME") or str(project_root() / ".dagster_home")
+    if shown is None or shown.get("completed_at") is None or not os.path.isdir(home):
+        return []
+    import datetime as dt
+
+    import dagster as dg
+
+    from rag_eval_pipeline.lib.runs.failures import step_failure_lines
+    from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
+
+    os.environ["DAGSTER_HOME"] = home
+    completed = shown["completed_at"].replace(tzinfo=dt.UTC)
+    found = []
+    with dg.DagsterInstance.get() as instance:
+        records = instance.get_run_records(
+            dg.RunsFilter(
+                statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
+                created_after=completed,
+            )
+        )
+        for record in sorted(records, key=lambda record: record.create_timestamp, reverse=True):
+            run = record.dagster_run
+            night = run.tags.get("dagster/partition/night")
+            of_suite = run.tags.get("dagster/partition/suite")
+            eval_run = run.tags.get(EVAL_RUN_TAG)
+            if of_suite is None or run.job_name == "run_comparison_job":
+                continue  # not a night's evaluation (a comparison's failure is a gate's)
+            if asked is not None and eval_run != asked:
+                continue
+            if asked is None and suite is not None and of_suite != suite:
+                continue
+            ended = record.end_time or record.create_timestamp.timestamp()
+            since = connection.execute(
+                "SELECT count(*) FROM eval_runs WHERE complete AND (dagster_run_id = $run OR "
+                "(suite = $suite AND partition_date = $night AND completed_at > $ended))",
+                {
+                    "run": run.run_id,
+                    "suite": of_suite,
+                    "night": night,
+                    "ended": dt.datetime.fromtimestamp(ended, dt.UTC).replace(tzinfo=None),
+                },
+            ).fetchone()[0]
+            if since:
+                continue
+            events = [entry.dagster_event for entry in instance.all_logs(run.run_id)]
+            why = "; ".join(step_failure_lines(event for event in events if event)) or "failed"
+            what = (
+                "a later attempt of this evaluation run"
+                if asked is not None
+                else f"night {night} of suite {of_suite}"
+            )
+            found.append(
+                (
+                    eval_run,
+                    f"{what} (Dagster run {run.run_id}, after this run completed) did not finish: "
+                    f"{why}",
+                )
+            )
+    return found
 
 
 def history_mark(row: dict) -> str:
