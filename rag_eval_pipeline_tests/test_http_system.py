@@ -163,7 +163,11 @@ def test_server_errors_are_retried_then_recorded_as_system_errors(snapshot, serv
     assert found["q3"].outcome == calls.OK and found["q3"].attempts == 2
     failed = found["q2"]
     assert failed.outcome == calls.SYSTEM_ERROR and failed.cause == calls.HTTP_STATUS
-    assert failed.error == "item q2: HTTP 500 (3 attempts)"
+    # The URL and what the service said, whitespace collapsed.
+    assert failed.error == (
+        f'item q2: HTTP 500 from {service.url}/query, saying \'{{"error": "internal error"}}\' '
+        "(3 attempts)"
+    )
     assert failed.attempts == 3 and service.requests_by_item["q2"] == 3
     # Nothing retrieved, nothing answered: a system error is not a refusal by the system.
     assert hits[1] == []
@@ -183,10 +187,12 @@ def test_a_hang_past_the_timeout_and_a_connection_reset(serve, ask):
     assert time.monotonic() - started < 5.0
     found = by_item(outcomes)
     assert found["q3"].cause == calls.TIMEOUT
-    assert found["q3"].error == "item q3: timed out after 0.3 s (2 attempts)"
+    assert found["q3"].error == (
+        f"item q3: timed out after 0.3 s waiting for {service.url}/query (2 attempts)"
+    )
     assert found["q1"].outcome == calls.OK and found["q1"].attempts == 2
     assert found["q5"].cause == calls.CONNECTION
-    assert found["q5"].error.startswith("item q5: connection failed (")
+    assert found["q5"].error.startswith(f"item q5: connection to {service.url}/query failed (")
     assert sum(o.failed for o in outcomes) == 2
 
 
@@ -198,7 +204,10 @@ def test_malformed_replies_name_the_item_and_the_field_and_are_not_retried(snaps
     service.fail("unknown_passage", item_id="q5")
     system, _, outcomes = ask(service)
     found = by_item(outcomes)
-    assert found["q1"].error == "item q1: malformed reply: not JSON (text/html)"
+    assert found["q1"].error == (
+        "item q1: malformed reply: not JSON (text/html), saying "
+        "'<html>Service temporarily unavailable</html>'"
+    )
     assert found["q2"].error == "item q2: malformed reply: trace is missing the field(s) answer"
     assert found["q3"].error == (
         "item q3: malformed reply: 'refused' must be true or false, got 'no'"

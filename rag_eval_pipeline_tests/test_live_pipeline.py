@@ -246,7 +246,8 @@ def test_too_many_system_errors_fail_the_run_after_writing_what_it_has(
     assert not result.success
     message = (
         "1 of 6 items (16.7%) ended in a system error, above the bound of 2.0%: "
-        "1 http_status; e.g. item q2: HTTP 500 (1 attempt)"
+        f"1 http_status; e.g. item q2: HTTP 500 from {fault_service.url}/query, saying "
+        '\'{"error": "internal error"}\' (1 attempt)'
     )
     (check,) = [
         c

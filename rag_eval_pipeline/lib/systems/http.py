@@ -557,9 +557,11 @@ class HttpSystem:
             try:
                 response = client.post(url, json=body, headers=headers)
             except httpx.TimeoutException:
-                cause, reason = calls.TIMEOUT, f"timed out after {self.settings.timeout_s:g} s"
+                cause = calls.TIMEOUT
+                reason = f"timed out after {self.settings.timeout_s:g} s waiting for {url}"
             except httpx.TransportError as exc:
-                cause, reason = calls.CONNECTION, f"connection failed ({type(exc).__name__})"
+                cause = calls.CONNECTION
+                reason = f"connection to {url} failed ({type(exc).__name__})"
             except RuntimeError:
                 # The client was closed under the call: the run is stopping.
                 cause, reason = calls.INTERRUPTED, "abandoned: the run was stopped"
@@ -572,13 +574,13 @@ class HttpSystem:
                         f"{fatal_advice(status, self.api_key_env)}"
                     )
                 if retryable_status(status):
-                    cause, reason = calls.HTTP_STATUS, f"HTTP {status}"
+                    cause, reason = calls.HTTP_STATUS, f"HTTP {status} from {url}{_said(response)}"
                     server_asked = retry_after_seconds(response.headers)
                 elif status != 200:
                     return None, system_error(
                         query.item_id,
                         calls.HTTP_STATUS,
-                        f"{label}: HTTP {status} (not retried)",
+                        f"{label}: HTTP {status} from {url}{_said(response)} (not retried)",
                         attempts=attempts,
                         latency_ms=_elapsed_ms(began),
                     )
@@ -628,7 +630,10 @@ class HttpSystem:
             record = response.json()
         except ValueError:
             kind = response.headers.get("content-type", "no content type")
-            return malformed(calls.MALFORMED_REPLY, f"{label}: malformed reply: not JSON ({kind})")
+            return malformed(
+                calls.MALFORMED_REPLY,
+                f"{label}: malformed reply: not JSON ({kind}){_said(response)}",
+            )
         try:
             trace = _check_trace(record, f"{label}: malformed reply")
         except TraceError as error:
@@ -677,6 +682,16 @@ class HttpSystem:
                 f"being evaluated ({self.corpus_digest[:12]})",
             )
         return trace, CallOutcome(query.item_id, **measured, **usage)
+
+
+def _said(response: httpx.Response, limit: int = 160) -> str:
+    """``, saying '<the body's start>'`` (white space collapsed, at most ``limit`` characters),
+    or nothing for an empty body: what the service said with a status or reply it should not
+    have given."""
+    text = " ".join(response.text.split())
+    if not text:
+        return ""
+    return f", saying {text[:limit] + ('…' if len(text) > limit else '')!r}"
 
 
 def _label(query: Query) -> str:
