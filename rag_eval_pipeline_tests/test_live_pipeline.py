@@ -319,6 +319,8 @@ def test_under_the_bound_a_failed_item_is_in_no_rate(library, tmp_path, fault_se
         assert operations["latency_p50_ms"][1] == 5
         summary = format_summary(headline_from_tables(connection, eval_run_id))
     assert "system errors                1 of 6 (16.7%)" in summary
+    # The failed item is named beside the count, with its cause.
+    assert "    left out of every figure above: q2 (malformed_reply)\n" in summary
 
 
 def refused_night(library: Path, tmp_path: Path, service: FaultService) -> str:

@@ -30,3 +30,9 @@ WHERE eval_run_id = $run
 -- name: gates
 SELECT gate, status, passed, observed, op, threshold, margin, message, gates_file, gates_version
 FROM gate_results WHERE eval_run_id = $run ORDER BY passed, gate
+
+-- name: system_error_items
+-- The items whose call to the system under test failed (left out of every rate), in id order.
+SELECT item_id, cause FROM system_calls
+WHERE eval_run_id = $run AND outcome <> 'ok'
+ORDER BY item_id

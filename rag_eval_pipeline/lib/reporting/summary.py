@@ -47,6 +47,15 @@ def _rows(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict) -
     return connection.sql(sql_query("summary", query), params=parameters).pl().to_dicts()
 
 
+def _has_table(connection: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(
+        connection.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = $table",
+            {"table": table},
+        ).fetchall()[0][0]
+    )
+
+
 def system_version(run: Mapping) -> str | None:
     """The version the system under test reported (an HTTP service's ``/health``, part of its
     identifying configuration), from an ``eval_runs`` row; None for a system without one."""
@@ -74,11 +83,7 @@ def headline_from_tables(
     calibration = _rows(connection, "calibration", scope)
     # A warehouse written before runs kept their gates has no gate_results until its next
     # publish (read-only sessions do not upgrade it): then nothing is said of the gates.
-    recorded = with_gates and bool(
-        connection.sql(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'gate_results'"
-        ).fetchall()[0][0]
-    )
+    recorded = with_gates and _has_table(connection, "gate_results")
     gates = _rows(connection, "gates", scope) if recorded else None
     order = {name: i for i, name in enumerate(HEADLINE_RETRIEVAL)}
     return {
@@ -118,6 +123,9 @@ def headline_from_tables(
             )
         ],
         "operations": [r for r in generation if r["scope"] == "operations"],
+        "system_error_items": _rows(connection, "system_error_items", scope)
+        if _has_table(connection, "system_calls")
+        else [],
         "sufficiency_correctness": _rows(connection, "sufficiency", scope),
         "recommended_threshold": sweep[0] if sweep else None,
         "judge_calibration": calibration[0] if calibration else None,
@@ -191,6 +199,11 @@ def format_summary(
             "are not a finished night"
         )
     operations = operations_lines(headline.get("operations") or [])
+    failed = headline.get("system_error_items") or []
+    if failed and operations:
+        named = ", ".join(f"{row['item_id']} ({row['cause']})" for row in failed[:5])
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        operations.insert(1, f"    left out of every figure above: {named}{more}")
     if operations:
         operations = ["", "Operations (calls to the system under test):", *operations]
     lines += [
