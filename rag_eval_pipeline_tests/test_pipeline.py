@@ -301,3 +301,28 @@ def test_the_citation_check_names_how_many_answers_and_which_items_cite_outside_
     assert invalid_citations_message(invalid.head(0), 12) == (
         "all 12 answers cite only ids of the context sent"
     )
+
+
+def test_the_ui_headline_says_not_measured_and_why_instead_of_dropping_a_figure():
+    """A figure without a value (no judged claims) or without a row reads "not measured" and
+    why in the asset's headline table, as in the printed summary; the others as numbers."""
+    import polars as pl
+
+    from rag_eval_pipeline.defs.metadata import markdown_headline
+
+    frame = pl.DataFrame(
+        {
+            "metric": ["citation_validity", "faithfulness"],
+            "value": [0.95, None],
+            "ci_low": [0.9, None],
+            "ci_high": [0.98, None],
+            "n": [40, 0],
+            "interval_method": ["wilson95", "bootstrap95"],
+        }
+    )
+    table = markdown_headline(frame, "metric", ("faithfulness", "citation_validity", "token_f1"))
+    assert table.splitlines()[2:] == [
+        "| faithfulness | not measured (no judged claims) |  |  | 0 |  |",
+        "| citation_validity | 0.9500 | 0.9000 | 0.9800 | 40 | wilson95 |",
+        "| token_f1 | not measured (no reference answers) |  |  | 0 |  |",
+    ]

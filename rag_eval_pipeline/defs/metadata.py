@@ -54,6 +54,34 @@ def markdown_table(frame: pl.DataFrame) -> str:
     )
 
 
+def markdown_headline(frame: pl.DataFrame, key: str, names: tuple[str, ...]) -> str:
+    """The headline figures ``names`` of a metric table (``key``, ``value``, ``ci_low``,
+    ``ci_high``, ``n``, ``interval_method``) as a markdown table in that order, as the printed
+    summary shows them: a figure without a value (or without a row) says "not measured" and
+    why, never a number or an empty cell."""
+    from rag_eval_pipeline.lib.reporting.summary import WHY_NOT_MEASURED
+
+    found = {row[key]: row for row in frame.iter_rows(named=True)}
+    columns = (key, "value", "ci_low", "ci_high", "n", "interval_method")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for name in names:
+        row = found.get(name)
+        if row is None or row["value"] is None:
+            why = WHY_NOT_MEASURED.get(name)
+            shown = "not measured" + (f" ({why})" if why else "")
+            n = row["n"] if row is not None else 0
+            cells = [name, shown, "", "", str(n), ""]
+        else:
+            cells = [
+                name,
+                *(f"{row[c]:.4f}" if row[c] is not None else "" for c in columns[1:4]),
+                str(row["n"]),
+                str(row["interval_method"] or ""),
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def counts(frame: pl.DataFrame, column: str) -> dict[str, int]:
     """Rows per value of ``column``, for a JSON metadata entry."""
     return {

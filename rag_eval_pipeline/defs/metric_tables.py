@@ -9,6 +9,7 @@ import polars as pl
 
 from rag_eval_pipeline.defs.metadata import (
     evaluation_asset,
+    markdown_headline,
     markdown_table,
     provenance,
     table_metadata,
@@ -67,7 +68,7 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
         store.write_table(run_dir, "retrieval_metrics", table)
         headline = table.filter(
             (pl.col("scope") == "overall") & pl.col("measure").is_in(list(HEADLINE_RETRIEVAL))
-        ).select("measure", "value", "ci_low", "ci_high", "n", "interval_method")
+        )
         return dg.Output(
             retrieval_run,
             metadata={
@@ -76,7 +77,9 @@ def build_retrieval_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
                 "rel_level": settings.rel_level,
                 "excluded_items_without_relevant_gold": len(excluded),
                 "excluded_items_with_system_errors": failed.height,
-                "headline": dg.MetadataValue.md(markdown_table(headline)),
+                "headline": dg.MetadataValue.md(
+                    markdown_headline(headline, "measure", HEADLINE_RETRIEVAL)
+                ),
                 "sql": dg.MetadataValue.md(
                     f"```sql\n{load_sql('retrieval_per_query')}\n{load_sql('retrieval_stale')}\n```"
                 ),
@@ -138,12 +141,12 @@ def build_generation_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDe
                 "recommended_evidence_threshold": tables.recommended_threshold,
                 # The printed summary's generation figures (answerable items), with intervals.
                 "headline": dg.MetadataValue.md(
-                    markdown_table(
+                    markdown_headline(
                         tables.metrics.filter(
-                            (pl.col("scope") == "overall")
-                            & (pl.col("scope_value") == "answerable")
-                            & pl.col("metric").is_in(list(HEADLINE_GENERATION))
-                        ).select("metric", "value", "ci_low", "ci_high", "n", "interval_method")
+                            (pl.col("scope") == "overall") & (pl.col("scope_value") == "answerable")
+                        ),
+                        "metric",
+                        HEADLINE_GENERATION,
                     )
                 ),
                 "sufficiency_x_correctness": dg.MetadataValue.md(
