@@ -455,10 +455,21 @@ def test_paired_bootstrap_agrees_with_scipy():
     assert p_value < 0.001
 
 
-JUDGE_VERDICTS = (
-    "CREATE TABLE judge_verdicts (eval_run_id VARCHAR, item_id VARCHAR, source VARCHAR, "
-    "verdict VARCHAR)"
-)
+def create_item_tables(connection) -> None:
+    """The per-item tables ``comparison_item_values.sql`` reads, with the columns it needs."""
+    connection.execute(
+        "CREATE TABLE retrieval_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
+        "measure VARCHAR, k INTEGER, value DOUBLE)"
+    )
+    connection.execute(
+        "CREATE TABLE generation_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
+        "answerable BOOLEAN, refused BOOLEAN, correct BOOLEAN, confident_wrong BOOLEAN, "
+        "token_f1 DOUBLE, citation_valid BOOLEAN)"
+    )
+    connection.execute(
+        "CREATE TABLE judge_verdicts (eval_run_id VARCHAR, item_id VARCHAR, source VARCHAR, "
+        "verdict VARCHAR)"
+    )
 
 
 def test_citation_validity_and_faithfulness_are_compared_on_the_items_both_runs_answered():
@@ -503,19 +514,10 @@ def test_citation_validity_and_faithfulness_are_compared_on_the_items_both_runs_
         ("cand", "n1", "golden", "ENTAILED"),
     ]
     with duckdb.connect() as connection:
-        connection.execute(
-            "CREATE TABLE retrieval_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
-            "measure VARCHAR, k INTEGER, value DOUBLE)"
-        )
-        connection.execute(
-            "CREATE TABLE generation_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
-            "answerable BOOLEAN, refused BOOLEAN, correct BOOLEAN, confident_wrong BOOLEAN, "
-            "token_f1 DOUBLE, citation_valid BOOLEAN)"
-        )
+        create_item_tables(connection)
         connection.executemany(
             "INSERT INTO generation_item_metrics VALUES (?, ?, ?, ?, NULL, FALSE, NULL, ?)", items
         )
-        connection.execute(JUDGE_VERDICTS)
         connection.executemany("INSERT INTO judge_verdicts VALUES (?, ?, ?, ?)", verdicts)
         connection.execute(
             "CREATE TABLE eval_runs (eval_run_id VARCHAR, judge_id VARCHAR, "
@@ -581,19 +583,10 @@ def test_refusals_are_compared_per_stratum_and_confident_wrong_on_answerable_ite
         ("cand", "n2", False, True, True, False),
     ]
     with duckdb.connect() as connection:
-        connection.execute(
-            "CREATE TABLE retrieval_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
-            "measure VARCHAR, k INTEGER, value DOUBLE)"
-        )
-        connection.execute(
-            "CREATE TABLE generation_item_metrics (eval_run_id VARCHAR, item_id VARCHAR, "
-            "answerable BOOLEAN, refused BOOLEAN, correct BOOLEAN, confident_wrong BOOLEAN, "
-            "token_f1 DOUBLE, citation_valid BOOLEAN)"
-        )
+        create_item_tables(connection)
         connection.executemany(
             "INSERT INTO generation_item_metrics VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)", rows
         )
-        connection.execute(JUDGE_VERDICTS)
         candidate, baseline = item_values(connection, "cand"), item_values(connection, "base")
     compared = {
         row["metric"]: row
