@@ -457,6 +457,29 @@ def test_calibration_counts_golden_and_production_labels(labelled_night):
     assert "<h2>Trusting the judge</h2>" in report and "ppi++95" in report
 
 
+def test_the_ui_estimates_table_has_every_column_the_auditors_guide_names(labelled_night):
+    """``judge_calibration``'s ``judge_rate_estimates`` metadata: ``n_judged``, ``n_labelled``
+    and ``ppi_lambda`` (AUDITORS.md, section 8) with the rows' values, and no "None" cells."""
+    warehouse, _, result = labelled_night
+    [materialization] = result.asset_materializations_for_node("judge_calibration")
+    table = materialization.metadata["judge_rate_estimates"].value
+    lines = table.splitlines()
+    assert lines[0] == (
+        "| metric | method | value | ci_low | ci_high | n_judged | n_labelled | ppi_lambda "
+        "| reason |"
+    )
+    assert "None" not in table
+    [(n_judged, n_labelled, lam)] = rows(
+        warehouse,
+        "SELECT n_judged, n_labelled, ppi_lambda FROM judge_rate_estimates WHERE scope = "
+        "'overall' AND scope_value = 'answerable' AND metric = 'faithfulness' AND method LIKE "
+        "'ppi%'",
+    )
+    shown = next(line for line in lines if line.startswith("| faithfulness | ppi"))
+    cells = [cell.strip() for cell in shown.strip("|").split("|")]
+    assert cells[5:8] == [str(n_judged), str(n_labelled), f"{lam:.4f}"]
+
+
 # --- gates on the prediction-powered bound --------------------------------------------------
 
 

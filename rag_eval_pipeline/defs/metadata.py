@@ -46,12 +46,18 @@ def run_link(dagster_run_id: str) -> dg.MetadataValue:
 
 
 def markdown_table(frame: pl.DataFrame) -> str:
-    """A small frame as a markdown table (floats to 4 decimals), for metadata the UI renders."""
+    """A small frame as a markdown table (floats to 4 decimals, a null as an empty cell), for
+    metadata the UI renders."""
     header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
     return header + "".join(
-        "| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
-        for row in frame.iter_rows()
+        "| " + " | ".join(_cell(value) for value in row) + " |\n" for row in frame.iter_rows()
     )
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def markdown_headline(frame: pl.DataFrame, key: str, names: tuple[str, ...]) -> str:

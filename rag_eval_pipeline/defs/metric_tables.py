@@ -206,10 +206,22 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
                 "calibrated": row["calibrated"],
                 "kappa": row["kappa"],
                 "reason": row["reason"],
+                # Every column AUDITORS.md names; an estimate without a value says so and why.
                 "judge_rate_estimates": dg.MetadataValue.md(
                     markdown_table(
                         estimates.filter(pl.col("scope") != "source").select(
-                            "metric", "method", "value", "ci_low", "ci_high", "n_labelled"
+                            "metric",
+                            "method",
+                            pl.when(pl.col("value").is_null())
+                            .then(pl.lit("not measured"))
+                            .otherwise(pl.col("value").round(4).cast(pl.String))
+                            .alias("value"),
+                            "ci_low",
+                            "ci_high",
+                            "n_judged",
+                            "n_labelled",
+                            "ppi_lambda",
+                            "reason",
                         )
                     )
                 ),
