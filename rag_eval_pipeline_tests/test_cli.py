@@ -854,6 +854,21 @@ def test_the_summary_names_failed_attempts_the_warehouse_cannot_show(
             and "connection failed" in lines[0]
         )
         assert f"(Dagster run {attempt}," in lines[1]
+        # Past the limit, the older ones are counted, not read.
+        from rag_eval_pipeline.cli import runs as runs_command
+        from rag_eval_pipeline.lib.runs import registry
+        from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+        with monkeypatch.context() as patched, Warehouse(warehouse).reading() as connection:
+            patched.setenv("DAGSTER_HOME", str(home))
+            patched.setattr(runs_command, "MAX_FAILED_ATTEMPTS", 1)
+            capped = runs_command.failed_attempts(
+                connection, registry.run_row(connection, first), None, None
+            )
+        assert [line.split(" (")[0] for _, line in capped] == [
+            f"night 2026-10-15 of suite {SUITE}",
+            "1 earlier failed attempt(s) after this run completed",
+        ]
         night()  # completed again: nothing left unfinished
         assert rag_eval("summary", env=env).stderr == ""
 

@@ -75,6 +75,10 @@ def command_summary(args: argparse.Namespace) -> int:
     return 0 if headline["status"] == "complete" else 1
 
 
+# The failed attempts a summary names one by one, newest first; the rest are counted.
+MAX_FAILED_ATTEMPTS = 5
+
+
 def failed_attempts(
     connection, shown: dict | None, suite: str | None, asked: str | None
 ) -> list[tuple[str | None, str]]:
@@ -100,7 +104,7 @@ def failed_attempts(
 
     os.environ["DAGSTER_HOME"] = home
     completed = shown["completed_at"].replace(tzinfo=dt.UTC)
-    found = []
+    found, more = [], 0
     with dg.DagsterInstance.get() as instance:
         records = instance.get_run_records(
             dg.RunsFilter(
@@ -132,6 +136,9 @@ def failed_attempts(
             ).fetchone()[0]
             if since:
                 continue
+            if len(found) == MAX_FAILED_ATTEMPTS:
+                more += 1  # counted, its event log not read
+                continue
             events = [entry.dagster_event for entry in instance.all_logs(run.run_id)]
             why = "; ".join(step_failure_lines(event for event in events if event)) or "failed"
             what = (
@@ -146,6 +153,8 @@ def failed_attempts(
                     f"{why}",
                 )
             )
+    if more:
+        found.append((None, f"{more} earlier failed attempt(s) after this run completed"))
     return found
 
 
@@ -395,8 +404,6 @@ def _flat(frame):
     """``frame`` with each list, array or struct column (``cited_ids``, ``context_ids``) as
     JSON text, which CSV can hold: ``["a#s1", "a#s2"]``; a null stays an empty field, and a NaN
     or infinite number inside is written as ``null`` (JSON has no such numbers)."""
-    import json
-
     import polars as pl
 
     nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
