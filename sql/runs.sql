@@ -80,3 +80,11 @@ FROM rebaseline_offsets WHERE rebaseline_run_id = $eval_run_id ORDER BY metric
 SELECT d.item_id FROM golden_drift d JOIN eval_runs r
   ON d.golden_digest = r.golden_digest AND d.corpus_digest = r.corpus_digest
 WHERE r.eval_run_id = $eval_run_id AND d.drifted ORDER BY d.item_id
+
+-- name: completed_by_or_since
+-- Whether a failed Dagster run ($run, of $suite's night $night, ended at $ended) is settled in
+-- the warehouse: it completed its evaluation run itself (then failed a gate), or a run of the
+-- same night completed after it ended (rag-eval summary names the failed runs that are not).
+SELECT count(*) FROM eval_runs
+WHERE complete AND (dagster_run_id = $run
+    OR (suite = $suite AND partition_date = $night AND completed_at > $ended))

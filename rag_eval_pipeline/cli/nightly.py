@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from rag_eval_pipeline.cli import project
-from rag_eval_pipeline.lib.errors import ConfigError
+from rag_eval_pipeline.lib.errors import ConfigError, named_few
 from rag_eval_pipeline.lib.inputs.suites import DEFAULT_SUITE, check_suite_files, check_suite_name
 from rag_eval_pipeline.lib.paths import project_path
 from rag_eval_pipeline.lib.runs.failures import failed_on_input, step_failure_lines
@@ -642,9 +642,7 @@ def format_offsets(rebaseline_run_id: str, connection) -> str:
         ).fetchall()
     ]
     if drifted:
-        named = ", ".join(drifted[:5]) + (
-            f" and {len(drifted) - 5} more" if len(drifted) > 5 else ""
-        )
+        named = named_few(drifted)
         lines.append(
             f"  note: {len(drifted)} golden item(s) have an answering passage that is not current "
             f"on the new snapshot ({named}; table golden_drift): part of these offsets is their "

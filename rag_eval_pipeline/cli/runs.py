@@ -125,8 +125,7 @@ def failed_attempts(
                 continue
             ended = record.end_time or record.create_timestamp.timestamp()
             since = connection.execute(
-                "SELECT count(*) FROM eval_runs WHERE complete AND (dagster_run_id = $run OR "
-                "(suite = $suite AND partition_date = $night AND completed_at > $ended))",
+                sql_query("runs", "completed_by_or_since"),
                 {
                     "run": run.run_id,
                     "suite": of_suite,
@@ -243,8 +242,7 @@ def command_history(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    from rag_eval_pipeline.lib.runs.baselines import compare_runs, judge_note
-    from rag_eval_pipeline.lib.runs.record import comparability
+    from rag_eval_pipeline.lib.runs.baselines import comparability_noting_judges, compare_runs
     from rag_eval_pipeline.lib.runs.registry import run_row
 
     warehouse = project.existing_warehouse()
@@ -256,9 +254,7 @@ def command_compare(args: argparse.Namespace) -> int:
                 raise ConfigError(f"no evaluation run {name!r} in {warehouse.path}")
             if not run["complete"]:
                 raise ConfigError(f"evaluation run {name} is {run['status']}, not complete")
-        comparable, reason = comparability(candidate, baseline, other="run")
-        if comparable and (note := judge_note(candidate, baseline)):
-            reason = f"{reason}; {note}"
+        comparable, reason = comparability_noting_judges(candidate, baseline, other="run")
         print(f"{args.run_a} against {args.run_b}: {reason}")
         if not comparable:
             return 1

@@ -8,6 +8,7 @@ from rag_eval_pipeline.defs.partitions import nightly_check
 from rag_eval_pipeline.defs.resources import ShardingResource, SystemResource, WarehouseResource
 from rag_eval_pipeline.defs.retrieval_run import record_of, run_handle
 from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
+from rag_eval_pipeline.lib.errors import named_few
 from rag_eval_pipeline.lib.runs.lifecycle import noted_capture
 from rag_eval_pipeline.lib.systems.run import generation_results
 
@@ -89,10 +90,9 @@ def invalid_citations_message(invalid: pl.DataFrame, answered: int) -> str:
     if not invalid.height:
         return f"all {answered} answers cite only ids of the context sent"
     items = invalid.sort("item_id")["item_id"].to_list()
-    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
     return (
         f"{invalid.height} of {answered} answers cite ids outside the context sent (or cite "
-        f"nothing): {', '.join(items[:5])}{more}"
+        f"nothing): {named_few(items)}"
     )
 
 

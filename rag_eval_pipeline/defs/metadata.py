@@ -1,5 +1,7 @@
 """What every evaluation asset shares: its decorator arguments, table metadata, run links."""
 
+from collections.abc import Iterable, Sequence
+
 import dagster as dg
 import polars as pl
 
@@ -45,12 +47,23 @@ def run_link(dagster_run_id: str) -> dg.MetadataValue:
     return dg.MetadataValue.url(f"/runs/{dagster_run_id}")
 
 
-def markdown_table(frame: pl.DataFrame) -> str:
+def markdown_table(frame: pl.DataFrame, *, measured: str | None = None) -> str:
     """A small frame as a markdown table (floats to 4 decimals, a null as an empty cell), for
-    metadata the UI renders."""
-    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    metadata the UI renders; a null in the column ``measured`` reads "not measured"."""
+    rows = frame.iter_rows(named=True)
+    if measured is not None:
+        rows = ({**row, measured: _or_not_measured(row[measured])} for row in rows)
+    return _markdown(frame.columns, (row.values() for row in rows))
+
+
+def _or_not_measured(value):
+    return "not measured" if value is None else value
+
+
+def _markdown(columns: Sequence[str], rows: Iterable[Iterable]) -> str:
+    header = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     return header + "".join(
-        "| " + " | ".join(_cell(value) for value in row) + " |\n" for row in frame.iter_rows()
+        "| " + " | ".join(_cell(value) for value in row) + " |\n" for row in rows
     )
 
 
@@ -63,29 +76,18 @@ def _cell(value) -> str:
 def markdown_headline(frame: pl.DataFrame, key: str, names: tuple[str, ...]) -> str:
     """The headline figures ``names`` of a metric table (``key``, ``value``, ``ci_low``,
     ``ci_high``, ``n``, ``interval_method``) as a markdown table in that order, as the printed
-    summary shows them: a figure without a value (or without a row) says "not measured" and
-    why, never a number or an empty cell."""
-    from rag_eval_pipeline.lib.reporting.summary import WHY_NOT_MEASURED
+    summary shows them (``summary.in_order``): a figure without a value (or without a row)
+    says "not measured" and why (``summary.not_measured``), never a number or an empty cell."""
+    from rag_eval_pipeline.lib.reporting.summary import in_order, not_measured
 
-    found = {row[key]: row for row in frame.iter_rows(named=True)}
     columns = (key, "value", "ci_low", "ci_high", "n", "interval_method")
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for name in names:
-        row = found.get(name)
-        if row is None or row["value"] is None:
-            why = WHY_NOT_MEASURED.get(name)
-            shown = "not measured" + (f" ({why})" if why else "")
-            n = row["n"] if row is not None else 0
-            cells = [name, shown, "", "", str(n), ""]
-        else:
-            cells = [
-                name,
-                *(f"{row[c]:.4f}" if row[c] is not None else "" for c in columns[1:4]),
-                str(row["n"]),
-                str(row["interval_method"] or ""),
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [
+        (row[key], row["value"], row["ci_low"], row["ci_high"], row["n"], row["interval_method"])
+        if row["value"] is not None
+        else (row[key], not_measured(row[key]), None, None, row.get("n", 0), None)
+        for row in in_order(frame.to_dicts(), key, names)
+    ]
+    return _markdown(columns, rows)
 
 
 def counts(frame: pl.DataFrame, column: str) -> dict[str, int]:

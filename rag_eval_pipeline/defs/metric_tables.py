@@ -212,17 +212,15 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
                         estimates.filter(pl.col("scope") != "source").select(
                             "metric",
                             "method",
-                            pl.when(pl.col("value").is_null())
-                            .then(pl.lit("not measured"))
-                            .otherwise(pl.col("value").round(4).cast(pl.String))
-                            .alias("value"),
+                            "value",
                             "ci_low",
                             "ci_high",
                             "n_judged",
                             "n_labelled",
                             "ppi_lambda",
                             "reason",
-                        )
+                        ),
+                        measured="value",
                     )
                 ),
             },

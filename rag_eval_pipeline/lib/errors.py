@@ -5,6 +5,15 @@ wrong, so the command line can print it as one ``error:`` line and the UI shows 
 failure message. Anything else that escapes is a bug, not bad input.
 """
 
+from collections.abc import Sequence
+
+
+def named_few(names: Sequence[str], limit: int = 5) -> str:
+    """At most ``limit`` of ``names`` joined by commas, then how many more there are: what a
+    message names when many things are wrong (``a, b, c, d, e and 7 more``)."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
 
 class RagEvalError(ValueError):
     """Input, configuration or state the pipeline cannot use; the message says where and why."""

@@ -42,7 +42,7 @@ import polars as pl
 import yaml
 from yaml.resolver import Resolver
 
-from rag_eval_pipeline.lib.errors import InputError
+from rag_eval_pipeline.lib.errors import InputError, named_few
 from rag_eval_pipeline.lib.inputs import snapshot_store
 from rag_eval_pipeline.lib.inputs.snapshot_store import SnapshotStore
 
@@ -1392,11 +1392,10 @@ def _shared_edit_note(
     shared = [f for f in files if f.links > 1 and f.version_id in changed]
     if not shared:
         return ""
-    named = ", ".join(f"{f.path.name} ({f.links} links)" for f in shared[:5])
-    more = f" and {len(shared) - 5} more" if len(shared) > 5 else ""
+    named = named_few([f"{f.path.name} ({f.links} links)" for f in shared])
     share = "shares its" if len(shared) == 1 else "share their"
     return (
-        f". Edited in place: {named}{more} {share} bytes with the store's copy and with the "
+        f". Edited in place: {named} {share} bytes with the store's copy and with the "
         "same file in every other snapshot frozen with those bytes, so an edit through any of "
         "them changes them all. Put the frozen bytes back (a checkout of this snapshot), and "
         "edit a writable copy instead: cp -r <snapshot> <new> && chmod -R u+w <new>/documents"
@@ -1460,10 +1459,9 @@ def _stored_files(
             )
         )
     if damaged:
-        more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
         raise _fail(
             snapshot_dir / MANIFEST_NAME,
-            f"no documents/ folder, and the stored copy of {', '.join(damaged[:5])}{more} no "
+            f"no documents/ folder, and the stored copy of {named_few(damaged)} no "
             "longer has the bytes it is named by (damaged, or edited in place through a hard "
             "link): freeze a folder holding the version's frozen file (a checkout of this "
             "snapshot's documents/) to store it again",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 
+from rag_eval_pipeline.lib.errors import named_few
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_from_tables, judge_trust_lines
 from rag_eval_pipeline.lib.runs import registry
@@ -141,15 +142,21 @@ def _figure(row: dict, key: str, finished: bool = True) -> str:
     run that did not finish, that is the reason, whatever the golden set holds)."""
     value = row.get("value")
     if value is None:
-        why = WHY_NOT_MEASURED.get(row[key]) if finished else UNFINISHED
-        return f"  {row[key]:<28} not measured" + (f" ({why})" if why else "")
+        shown = not_measured(row[key]) if finished else f"not measured ({UNFINISHED})"
+        return f"  {row[key]:<28} {shown}"
     interval = ""
     if row.get("ci_low") is not None:
         interval = f"  95% CI {row['ci_low']:.3f} to {row['ci_high']:.3f}"
     return f"  {row[key]:<28} {value:.4f}{interval}  (n={row['n']})"
 
 
-def _in_order(rows: list[dict], key: str, names: tuple[str, ...]) -> list[dict]:
+def not_measured(name: str) -> str:
+    """What a figure without a value reads: "not measured", with why when that is known."""
+    why = WHY_NOT_MEASURED.get(name)
+    return "not measured" + (f" ({why})" if why else "")
+
+
+def in_order(rows: list[dict], key: str, names: tuple[str, ...]) -> list[dict]:
     """The rows of ``names`` in order, a row without a value standing in for each one missing."""
     found = {row[key]: row for row in rows}
     return [found.get(name, {key: name, "value": None}) for name in names]
@@ -199,11 +206,11 @@ def format_summary(
             "are not a finished night"
         )
     operations = operations_lines(headline.get("operations") or [])
-    failed = headline.get("system_error_items") or []
+    failed = [
+        f"{row['item_id']} ({row['cause']})" for row in headline.get("system_error_items") or []
+    ]
     if failed and operations:
-        named = ", ".join(f"{row['item_id']} ({row['cause']})" for row in failed[:5])
-        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
-        operations.insert(1, f"    left out of every figure above: {named}{more}")
+        operations.insert(1, f"    left out of every figure above: {named_few(failed)}")
     if operations:
         operations = ["", "Operations (calls to the system under test):", *operations]
     lines += [
@@ -219,13 +226,13 @@ def format_summary(
         "Retrieval (answerable items, relevant = grade >= 2):",
         *(
             _figure(r, "measure", finished)
-            for r in _in_order(headline["retrieval"], "measure", HEADLINE_RETRIEVAL)
+            for r in in_order(headline["retrieval"], "measure", HEADLINE_RETRIEVAL)
         ),
         "",
         "Generation (answerable items):",
         *(
             _figure(r, "metric", finished)
-            for r in _in_order(headline["generation"], "metric", HEADLINE_GENERATION)
+            for r in in_order(headline["generation"], "metric", HEADLINE_GENERATION)
         ),
         "",
         "No-answer items (reported apart, never in the headline):",

@@ -120,6 +120,17 @@ def judge_note(candidate: dict, baseline: dict) -> str:
     return f"{judged} not compared: judged by {names[0]}, the other run by {names[1]}"
 
 
+def comparability_noting_judges(
+    candidate: dict, baseline: dict, *, other: str = "baseline"
+) -> tuple[bool, str]:
+    """``record.comparability``, its reason for two comparable runs ending with the
+    ``judge_note`` when they were judged by different judge configurations."""
+    comparable, reason = comparability(candidate, baseline, other=other)
+    if comparable and (note := judge_note(candidate, baseline)):
+        reason = f"{reason}; {note}"
+    return comparable, reason
+
+
 @dataclass(frozen=True)
 class Settled:
     """What the summary step decided about a completed run's baseline."""

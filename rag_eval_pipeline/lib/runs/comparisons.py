@@ -14,8 +14,11 @@ import polars as pl
 from rag_eval_pipeline.lib.errors import RagEvalError
 from rag_eval_pipeline.lib.metrics.comparison import significant_regressions
 from rag_eval_pipeline.lib.runs import registry
-from rag_eval_pipeline.lib.runs.baselines import compare_runs, current_baseline, judge_note
-from rag_eval_pipeline.lib.runs.record import comparability
+from rag_eval_pipeline.lib.runs.baselines import (
+    comparability_noting_judges,
+    compare_runs,
+    current_baseline,
+)
 from rag_eval_pipeline.lib.store.sql import sql_query
 from rag_eval_pipeline.lib.store.warehouse import read_frame, replace_rows
 
@@ -58,9 +61,7 @@ def compare_with_baseline(
             pl.DataFrame(),
         )
     else:
-        comparable, reason = comparability(candidate, baseline)
-        if comparable and (note := judge_note(candidate, baseline)):
-            reason = f"{reason}; {note}"
+        comparable, reason = comparability_noting_judges(candidate, baseline)
         registry.set_baseline_for(
             connection, candidate_run_id, baseline["eval_run_id"], comparable, reason
         )
