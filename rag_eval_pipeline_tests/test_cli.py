@@ -170,7 +170,7 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
     )
     assert second.returncode == 0, second.stderr
     assert "is comparable with baseline" in second.stdout
-    assert "Success@5        1.0000 vs 1.0000  delta +0.0000" in second.stdout
+    assert "Success@5         1.0000 vs 1.0000  delta +0.0000" in second.stdout
     history = rag_eval("history", "--metric", "Success@5", env=env)
     assert history.returncode == 0
     rows = [

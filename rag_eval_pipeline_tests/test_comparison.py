@@ -737,3 +737,69 @@ def test_a_gold_passage_edited_since_labelling_is_drift(library, tmp_path):
         "1 item(s) have an answering passage that is not current, or changed, in 2026-11-01: q2 (labelled "
         "against 2026-10-01): STORE-FRIDGE-001@v1#s1 changed since 2026-10-01"
     )
+
+
+def test_verdicts_follow_each_metrics_direction_and_the_level():
+    from rag_eval_pipeline.lib.metrics.comparison import BETTER, WORSE, verdict
+
+    assert verdict("R@5", -0.1, 0.01, 0.05) == WORSE
+    assert verdict("R@5", 0.1, 0.01, 0.05) == BETTER
+    # Fewer false refusals and confident wrong answers are better.
+    assert verdict("false_refusal", 0.1, 0.01, 0.05) == WORSE
+    assert verdict("confident_wrong", -0.1, 0.01, 0.05) == BETTER
+    # Not significant at the level (p = alpha is not below it), or nothing to judge.
+    assert verdict("R@5", -0.1, 0.05, 0.05) is None
+    assert verdict("R@5", -0.1, 0.04, 0.01) is None
+    assert verdict("R@5", None, None, 0.05) is None
+    assert verdict("R@5", 0.0, 0.01, 0.05) is None
+
+
+def test_the_summary_says_what_each_run_was_compared_with_and_the_regression_gate(nights, library):
+    """``rag-eval summary``'s release gates are the ones checked when the run completed; the
+    regression gate is checked later, against the baseline. The summary says how that went:
+    the baseline itself, comparable but not compared yet, compared (the gate failed naming the
+    metrics the check named, each line marked worse or better), or not compared and why."""
+    from rag_eval_pipeline.lib.reporting.summary import baseline_from_tables, baseline_lines
+
+    def said(night: str) -> list[str]:
+        [(run,)] = nights.query(
+            "SELECT eval_run_id FROM eval_runs WHERE partition_date = $night", {"night": night}
+        )
+        with duckdb.connect(str(nights.warehouse), read_only=True) as connection:
+            return baseline_lines(baseline_from_tables(connection, run, alpha=0.05), run)
+
+    nights.run("2026-10-15")
+    assert said("2026-10-15")[1:] == [
+        "Against the baseline: this run is its suite's baseline: nothing to compare",
+        "  gate no_significant_regression (p < 0.05): not assessed",
+    ]
+    # An evidence threshold far above the default refuses most questions: shorter answers.
+    nights.run("2026-10-16", system={"evidence_threshold": 50.0})
+    [(baseline,)] = nights.query(
+        "SELECT eval_run_id FROM eval_runs WHERE partition_date = '2026-10-15'"
+    )
+    pending = said("2026-10-16")
+    assert pending[1].startswith(f"Against the baseline: comparable with {baseline}, not compared")
+    assert pending[2].endswith("not assessed")
+    result = nights.compare("2026-10-16")
+    [gate] = [
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "gate_no_significant_regression"
+    ]
+    regressed = gate.metadata["regressed_metrics"].data
+    assert not gate.passed and regressed
+    compared = said("2026-10-16")
+    assert compared[1].startswith(f"Against baseline {baseline}: same corpus digest")
+    assert compared[2] == (
+        "  gate no_significant_regression (p < 0.05): FAILED: significantly worse in "
+        + ", ".join(regressed)
+    )
+    marked = {line.split()[0] for line in compared[3:] if line.endswith("  worse")}
+    assert marked == set(regressed)
+    # A night on another snapshot is not compared; the reason names both digests.
+    new_snapshot(library)
+    nights.run("2026-11-02")
+    skipped = said("2026-11-02")
+    assert skipped[1].startswith(f"Against the baseline: not compared with {baseline}: ")
+    assert "corpus digest" in skipped[1] and skipped[2].endswith("not assessed")

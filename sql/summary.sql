@@ -36,3 +36,8 @@ FROM gate_results WHERE eval_run_id = $run ORDER BY passed, gate
 SELECT item_id, cause FROM system_calls
 WHERE eval_run_id = $run AND outcome <> 'ok'
 ORDER BY item_id
+
+-- name: baseline_decision
+-- What the run was measured against when it was published or compared: its baseline, whether
+-- the two compare, and why (lib/reporting/summary.py baseline_lines).
+SELECT baseline_run_id, comparable, reason, decided_at FROM run_baselines WHERE eval_run_id = $run

@@ -596,7 +596,13 @@ def command_nightly(args: argparse.Namespace) -> int:
         if request.job_name == "run_comparison_job":
             candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
             with warehouse.reading() as connection:
-                print(format_comparison(candidate, comparison_rows(connection, candidate)))
+                print(
+                    format_comparison(
+                        candidate,
+                        comparison_rows(connection, candidate),
+                        project.regression_alpha(),
+                    )
+                )
             break
         summary = summary_facts(follow_up)
         if request.job_name == "rebaseline" and summary:
@@ -652,23 +658,19 @@ def format_offsets(rebaseline_run_id: str, connection) -> str:
     return "\n".join(lines)
 
 
-def comparison_line(row: dict) -> str:
-    """One compared metric: both values, the delta with its interval, the p-value and test."""
-    return (
-        f"  {row['metric']:<16} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
-        f"delta {row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]  "
-        f"p={row['p_value']:.4f} ({row['test']}, n={row['n']})"
-    )
+def format_comparison(candidate_run_id: str, rows, alpha: float) -> str:
+    """The recorded comparison of one candidate run as a table, each metric significantly worse
+    or better at ``alpha`` (the regression gate's level) marked so."""
+    from rag_eval_pipeline.lib.metrics.comparison import verdict
+    from rag_eval_pipeline.lib.reporting.summary import comparison_line
 
-
-def format_comparison(candidate_run_id: str, rows) -> str:
-    """The recorded comparison of one candidate run as a table."""
     if not rows.height:
         return f"no comparison recorded for {candidate_run_id}"
     first = rows.row(0, named=True)
     lines = [f"{candidate_run_id} against baseline {first['baseline_run_id']}: {first['reason']}"]
     for row in rows.filter(rows["candidate_value"].is_not_null()).iter_rows(named=True):
-        lines.append(comparison_line(row))
+        marked = verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        lines.append(comparison_line({**row, "verdict": marked}))
     return "\n".join(lines)
 
 

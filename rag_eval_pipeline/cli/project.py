@@ -50,6 +50,14 @@ def existing_warehouse() -> "Warehouse":
     return found
 
 
+def regression_alpha() -> float:
+    """The significance level of the regression gate (``no_significant_regression``) in the
+    deployment's gates file, the one the comparison guard checks comparisons with."""
+    from rag_eval_pipeline.lib.runs.gates import read_gates
+
+    return read_gates(deployment().gates_file).regression_alpha
+
+
 def dagster_home() -> Path:
     """The project's persistent Dagster instance: ``DAGSTER_HOME``, else ``.dagster_home`` in the
     project folder (created with the project's instance settings), so every CLI run is recorded

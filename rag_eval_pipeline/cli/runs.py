@@ -8,7 +8,6 @@ import os
 import sys
 
 from rag_eval_pipeline.cli import project
-from rag_eval_pipeline.cli.nightly import comparison_line
 from rag_eval_pipeline.lib.errors import ConfigError
 from rag_eval_pipeline.lib.inputs.suites import (
     check_registry,
@@ -31,7 +30,11 @@ def suite_with_runs(connection, name: str) -> bool:
 
 
 def command_summary(args: argparse.Namespace) -> int:
-    from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
+    from rag_eval_pipeline.lib.reporting.summary import (
+        baseline_from_tables,
+        format_summary,
+        headline_from_tables,
+    )
     from rag_eval_pipeline.lib.runs import registry
     from rag_eval_pipeline.lib.runs.registry import latest_complete_run
 
@@ -47,6 +50,9 @@ def command_summary(args: argparse.Namespace) -> int:
             headline = headline_from_tables(connection, run_id)
         except KeyError:
             raise ConfigError(f"no evaluation run {run_id!r} in {warehouse.path}") from None
+        headline["baseline"] = baseline_from_tables(
+            connection, run_id, alpha=project.regression_alpha()
+        )
         newer = (
             []
             if args.eval_run_id
@@ -242,6 +248,8 @@ def command_history(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib.metrics.comparison import verdict
+    from rag_eval_pipeline.lib.reporting.summary import comparison_line
     from rag_eval_pipeline.lib.runs.baselines import comparability_noting_judges, compare_runs
     from rag_eval_pipeline.lib.runs.registry import run_row
 
@@ -259,8 +267,10 @@ def command_compare(args: argparse.Namespace) -> int:
         if not comparable:
             return 1
         rows = compare_runs(connection, args.run_a, args.run_b)
+    alpha = project.regression_alpha()
     for row in rows.iter_rows(named=True):
-        print(comparison_line(row))
+        marked = verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        print(comparison_line({**row, "verdict": marked}))
     return 0
 
 

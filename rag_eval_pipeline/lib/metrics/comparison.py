@@ -59,6 +59,26 @@ COMPARED_METRICS = (
 )
 
 
+WORSE = "worse"
+BETTER = "better"
+
+
+def verdict(
+    metric: str,
+    delta: float | None,
+    p_value: float | None,
+    alpha: float,
+    specs: Sequence[MetricSpec] = COMPARED_METRICS,
+) -> str | None:
+    """``WORSE`` or ``BETTER`` for a change significant at ``alpha`` (``p_value < alpha``, the
+    rule of ``significant_regressions``), in the metric's direction (``higher_is_better``);
+    None for a change that is not significant, or not measured."""
+    if delta is None or p_value is None or not p_value < alpha or delta == 0:
+        return None
+    lower_is_better = any(s.metric == metric and not s.higher_is_better for s in specs)
+    return WORSE if (delta > 0) == lower_is_better else BETTER
+
+
 def significant_regressions(
     comparison: pl.DataFrame, specs: Sequence[MetricSpec] = COMPARED_METRICS, alpha: float = 0.05
 ) -> pl.DataFrame:

@@ -13,8 +13,11 @@ import duckdb
 
 from rag_eval_pipeline.lib.errors import named_few
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
+from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, WORSE, verdict
 from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_from_tables, judge_trust_lines
 from rag_eval_pipeline.lib.runs import registry
+from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
+from rag_eval_pipeline.lib.runs.gates import REGRESSION_GATE
 from rag_eval_pipeline.lib.runs.record import UNRECORDED, measures_of
 from rag_eval_pipeline.lib.store.sql import sql_query
 
@@ -264,6 +267,8 @@ def format_summary(
     if threshold:
         lines += ["", *sweep_lines(threshold)]
     lines += gate_lines(headline.get("gates"), finished)
+    if "baseline" in headline:
+        lines += baseline_lines(headline["baseline"], headline["eval_run_id"], finished)
     calibration = headline.get("judge_calibration")
     if headline.get("judge_trust"):
         lines += judge_trust_lines(headline["judge_trust"])
@@ -316,6 +321,95 @@ def gate_lines(gates: list[dict] | None, finished: bool = True) -> list[str]:
             label = "FAILED" if gate["status"] == "failed" else "not assessed"
             lines.append(f"  {label:<13} {gate['message']}")
     return lines
+
+
+def baseline_from_tables(
+    connection: duckdb.DuckDBPyConnection, eval_run_id: str, *, alpha: float
+) -> dict:
+    """What the run was measured against (``run_baselines``) and its recorded comparison
+    (``run_comparisons``, metric by metric in ``COMPARED_METRICS`` order, each with its
+    ``verdict`` at ``alpha``: the significance level of the regression gate the comparison is
+    checked with)."""
+    identity = registry.run_row(connection, eval_run_id) or {}
+    decision = (
+        _rows(connection, "baseline_decision", {"run": eval_run_id})
+        if _has_table(connection, "run_baselines")
+        else []
+    )
+    order = {spec.metric: position for position, spec in enumerate(COMPARED_METRICS)}
+    compared = sorted(
+        comparison_rows(connection, eval_run_id).to_dicts(),
+        key=lambda row: (order.get(row["metric"], len(order)), row["metric"]),
+    )
+    for row in compared:
+        row["verdict"] = verdict(row["metric"], row["delta"], row["p_value"], alpha)
+    return {
+        "is_current_baseline": bool(identity.get("is_current_baseline")),
+        "decision": decision[0] if decision else None,
+        "regression_alpha": alpha,
+        "compared": [row for row in compared if row["metric"] != "comparability"],
+    }
+
+
+def comparison_line(row: Mapping) -> str:
+    """One compared metric: both values, the delta with its interval, the p-value and test,
+    and ``worse`` or ``better`` when the row has a significant ``verdict``; a metric the two
+    runs do not both measure says why."""
+    if row["candidate_value"] is None or row["baseline_value"] is None or row["delta"] is None:
+        return f"  {row['metric']:<17} not compared: {row.get('reason') or 'not measured on both'}"
+    interval = (
+        f" [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
+        if row["ci_low"] is not None and row["ci_high"] is not None
+        else ""
+    )
+    p_value = "p not measured" if row["p_value"] is None else f"p={row['p_value']:.4f}"
+    marked = f"  {row['verdict']}" if row.get("verdict") else ""
+    return (
+        f"  {row['metric']:<17} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
+        f"delta {row['delta']:+.4f}{interval}  {p_value} ({row['test']}, n={row['n']}){marked}"
+    )
+
+
+def baseline_lines(baseline: Mapping, eval_run_id: str, finished: bool = True) -> list[str]:
+    """What the run was compared with, and the regression gate's outcome, which the release
+    gates above do not include: it is checked when the run is compared with its baseline (the
+    comparison guard's ``run_comparison``), so a run whose gates all passed may still have
+    regressed."""
+    gate = f"{REGRESSION_GATE} (p < {baseline['regression_alpha']:g})"
+    decision = baseline.get("decision") or {}
+    against = decision.get("baseline_run_id")
+    compared = baseline.get("compared") or []
+    if compared:
+        against = compared[0]["baseline_run_id"]
+        worse = [row["metric"] for row in compared if row.get("verdict") == WORSE]
+        outcome = (
+            f"FAILED: significantly worse in {', '.join(worse)}"
+            if worse
+            else "passed: no compared metric significantly worse"
+        )
+        return [
+            "",
+            f"Against baseline {against}: {compared[0]['reason']}",
+            f"  gate {gate}: {outcome}",
+            *(comparison_line(row) for row in compared),
+        ]
+    if not finished:
+        why = "not compared: " + UNFINISHED
+    elif baseline.get("is_current_baseline"):
+        why = "this run is its suite's baseline: nothing to compare"
+    elif not decision:
+        why = "nothing recorded: the run was published before runs kept their baseline"
+    elif not against:
+        why = f"no baseline to compare with ({decision['reason']})"
+    elif decision.get("comparable") is False:
+        why = f"not compared with {against}: {decision['reason']}"
+    else:
+        why = (
+            f"comparable with {against}, not compared yet: the comparison guard compares it "
+            "(rag-eval nightly in its own process, or the daemon's comparison_guard sensor); "
+            f"rag-eval compare {eval_run_id} {against} compares the two now"
+        )
+    return ["", f"Against the baseline: {why}", f"  gate {gate}: not assessed"]
 
 
 def summary_markdown(headline: dict) -> str:
