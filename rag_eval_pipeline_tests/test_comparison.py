@@ -797,6 +797,12 @@ def test_the_summary_says_what_each_run_was_compared_with_and_the_regression_gat
     )
     marked = {line.split()[0] for line in compared[3:] if line.endswith("  worse")}
     assert marked == set(regressed)
+    # The comparison's page in the UI marks them the same way.
+    [materialization] = result.asset_materializations_for_node("run_comparison")
+    table = materialization.metadata["comparison"].value.splitlines()
+    assert table[0].rstrip(" |").endswith("verdict")
+    in_table = {line.split("|")[1].strip() for line in table if line.rstrip(" |").endswith("worse")}
+    assert in_table == set(regressed)
     # A night on another snapshot is not compared; the reason names both digests.
     new_snapshot(library)
     nights.run("2026-11-02")

@@ -6,6 +6,7 @@ materialization across snapshots is blocked by ``comparable_with_baseline`` too.
 """
 
 import dagster as dg
+import polars as pl
 
 from rag_eval_pipeline.defs.metadata import (
     evaluation_asset,
@@ -16,6 +17,7 @@ from rag_eval_pipeline.defs.metadata import (
 from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource
 from rag_eval_pipeline.lib.errors import RagEvalError
+from rag_eval_pipeline.lib.metrics.comparison import verdict
 from rag_eval_pipeline.lib.runs.comparisons import compare_with_baseline
 from rag_eval_pipeline.lib.runs.gates import REGRESSION_GATE, GateSet
 from rag_eval_pipeline.lib.runs.record import measures_of
@@ -81,18 +83,31 @@ def build_run_comparison(
                 )
             comparison = compare_with_baseline(connection, candidate_id, seed=settings.seed)
         yield dg.Output(
-            None, metadata=comparison_metadata(comparison, candidate_id, context.run_id)
+            None, metadata=comparison_metadata(comparison, candidate_id, context.run_id, alpha)
         )
         yield from comparison_checks(comparison, alpha)
 
     return run_comparison
 
 
-def comparison_metadata(comparison, candidate_id: str, dagster_run_id: str) -> dict:
-    """What the UI shows of a comparison: the table, both runs and digests, and why."""
+def comparison_metadata(
+    comparison, candidate_id: str, dagster_run_id: str, alpha: float = 0.05
+) -> dict:
+    """What the UI shows of a comparison: the table (each metric significantly worse or better
+    at ``alpha``, the regression gate's level, marked so in ``verdict``), both runs and digests,
+    and why."""
     shown = (
         comparison.rows.select(
             "metric", "candidate_value", "baseline_value", "delta", "p_value", "test", "n"
+        ).with_columns(
+            pl.Series(
+                "verdict",
+                [
+                    verdict(row["metric"], row["delta"], row["p_value"], alpha) or ""
+                    for row in comparison.rows.iter_rows(named=True)
+                ],
+                dtype=pl.String,
+            )
         )
         if comparison.rows.height
         else comparison.rows
