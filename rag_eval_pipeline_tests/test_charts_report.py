@@ -534,6 +534,7 @@ def test_the_html_report_shows_the_gates_and_the_calls_as_the_summary_does(repor
     )
     assert "<td>system errors</td>" in page
     assert "Comparison with the baseline" in page and "rag-eval compare" in page
+    assert "regression gate (no_significant_regression), which is not among the" in page
     # Without gate results recorded (an earlier warehouse), no gates section is claimed.
     without = {**report_data, "headline": {**report_data["headline"], "gates": None}}
     assert "Release gates (" not in report.report_html(without, rendered)

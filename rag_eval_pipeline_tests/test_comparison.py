@@ -809,3 +809,34 @@ def test_the_summary_says_what_each_run_was_compared_with_and_the_regression_gat
     skipped = said("2026-11-02")
     assert skipped[1].startswith(f"Against the baseline: not compared with {baseline}: ")
     assert "corpus digest" in skipped[1] and skipped[2].endswith("not assessed")
+
+
+def test_the_summary_names_the_golden_items_that_drifted_in_the_runs_snapshot(nights, library):
+    """A night on a snapshot where an answering passage was superseded scores those items like
+    the rest: the summary says how many drifted and names the first, with why, so a reader
+    without the night's warnings knows which figures moved with the corpus."""
+    from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
+
+    def summary(night: str) -> str:
+        [(run,)] = nights.query(
+            "SELECT eval_run_id FROM eval_runs WHERE partition_date = $night", {"night": night}
+        )
+        with duckdb.connect(str(nights.warehouse), read_only=True) as connection:
+            return format_summary(headline_from_tables(connection, run))
+
+    nights.run("2026-10-15")
+    assert "golden drift" not in summary("2026-10-15")
+    new_snapshot(library)
+    nights.run("2026-11-02")
+    drifted = nights.query(
+        "SELECT d.item_id, d.drift_reason FROM golden_drift AS d JOIN eval_runs AS r "
+        "USING (golden_digest, corpus_digest) WHERE r.partition_date = '2026-11-02' "
+        "AND d.drifted ORDER BY d.item_id"
+    )
+    assert drifted, "the revised fridge procedure answers some golden items"
+    [line] = [line for line in summary("2026-11-02").splitlines() if "golden drift" in line]
+    assert line.startswith(f"  golden drift      {len(drifted)} item(s) whose answering passage")
+    item, reason = drifted[0]
+    assert f": {item} ({reason})" in line and "superseded" in reason
+    if len(drifted) > 3:
+        assert line.endswith(f"; and {len(drifted) - 3} more")

@@ -41,3 +41,11 @@ ORDER BY item_id
 -- What the run was measured against when it was published or compared: its baseline, whether
 -- the two compare, and why (lib/reporting/summary.py baseline_lines).
 SELECT baseline_run_id, comparable, reason, decided_at FROM run_baselines WHERE eval_run_id = $run
+
+-- name: golden_drift
+-- The run's drifted golden items (answering passage not current, or changed, in the run's
+-- snapshot): how many, and the first few in id order with why.
+SELECT item_id, drift_reason, count(*) OVER () AS drifted FROM golden_drift
+WHERE golden_digest = $golden AND corpus_digest = $corpus AND drifted
+ORDER BY item_id
+LIMIT 3

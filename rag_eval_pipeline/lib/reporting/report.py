@@ -527,9 +527,13 @@ def _comparison_html(data: Mapping) -> str:
         "<h2>Comparison with the baseline</h2><p>"
         + html.escape(
             "A night's comparison with its suite's baseline runs after this page is written "
-            "(run_comparison_job, when the comparison guard finds the runs comparable): it is "
-            "in the run_comparisons table, on the run_comparison asset in the UI, and printed "
-            f"by rag-eval compare {data['run']['eval_run_id']} <baseline run>."
+            "(run_comparison_job, when the comparison guard finds the runs comparable), and so "
+            "does the regression gate (no_significant_regression), which is not among the "
+            "release gates above: they are in the run_comparisons table and on the "
+            "run_comparison asset in the UI; rag-eval summary "
+            f"{data['run']['eval_run_id']} says how the gate went, or why the run was not "
+            f"compared, and rag-eval compare {data['run']['eval_run_id']} <baseline run> "
+            "compares the two at any time."
         )
         + "</p>"
     )

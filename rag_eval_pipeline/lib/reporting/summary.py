@@ -130,11 +130,44 @@ def headline_from_tables(
         "system_error_items": _rows(connection, "system_error_items", scope)
         if _has_table(connection, "system_calls")
         else [],
+        "golden_drift": golden_drift(connection, identity),
         "sufficiency_correctness": _rows(connection, "sufficiency", scope),
         "recommended_threshold": sweep[0] if sweep else None,
         "judge_calibration": calibration[0] if calibration else None,
         "judge_trust": judge_trust_from_tables(connection, eval_run_id),
     }
+
+
+def golden_drift(connection: duckdb.DuckDBPyConnection, identity: Mapping) -> dict | None:
+    """How many of the run's golden items drifted in its snapshot (``golden_drift``), with the
+    first few and why; None when the warehouse has no drift table."""
+    if not _has_table(connection, "golden_drift"):
+        return None
+    rows = _rows(
+        connection,
+        "golden_drift",
+        {"golden": identity["golden_digest"], "corpus": identity["corpus_digest"]},
+    )
+    return {
+        "drifted": rows[0]["drifted"] if rows else 0,
+        "first": [{"item_id": r["item_id"], "drift_reason": r["drift_reason"]} for r in rows],
+    }
+
+
+def drift_lines(drift: Mapping | None) -> list[str]:
+    """The identity block's line on golden drift: the items whose answering passage is not
+    current, or changed, in the run's snapshot are scored like the rest, so their figures moved
+    with the corpus, not the system; nothing when none drifted."""
+    if not drift or not drift["drifted"]:
+        return []
+    first = [f"{row['item_id']} ({row['drift_reason']})" for row in drift["first"]]
+    more = drift["drifted"] - len(first)
+    named = "; ".join(first) + (f"; and {more} more" if more > 0 else "")
+    return [
+        f"  golden drift      {drift['drifted']} item(s) whose answering passage is not current, "
+        "or changed, in this snapshot (scored like the rest, so their figures may have moved "
+        f"with the corpus, not the system; re-label them, golden_drift lists every one): {named}"
+    ]
 
 
 UNFINISHED = "the run did not finish"
@@ -220,6 +253,7 @@ def format_summary(
         f"  suite             {headline.get('suite')}",
         f"  corpus snapshot   {headline['snapshot_id']}  digest {headline['corpus_digest']}",
         f"  golden set        {headline['golden_set']}  digest {headline['golden_digest']}",
+        *drift_lines(headline.get("golden_drift")),
         f"  system            {headline['system_id']}"
         + (f"  version {headline['system_version']}" if headline.get("system_version") else "")
         + f"  config {headline['system_config_digest'][:12]}",
