@@ -758,57 +758,116 @@ def test_the_summary_says_what_each_run_was_compared_with_and_the_regression_gat
     """``rag-eval summary``'s release gates are the ones checked when the run completed; the
     regression gate is checked later, against the baseline. The summary says how that went:
     the baseline itself, comparable but not compared yet, compared (the gate failed naming the
-    metrics the check named, each line marked worse or better), or not compared and why."""
+    metrics the check named, at the level the check used, each line marked worse or better),
+    or not compared and why; and a baseline replaced since is named beside the one now."""
     from rag_eval_pipeline.lib.reporting.summary import baseline_from_tables, baseline_lines
+    from rag_eval_pipeline.lib.runs.baselines import accept_baseline
 
-    def said(night: str) -> list[str]:
+    def run_of(night: str) -> str:
         [(run,)] = nights.query(
             "SELECT eval_run_id FROM eval_runs WHERE partition_date = $night", {"night": night}
         )
+        return run
+
+    def said(night: str, configured=lambda: None) -> list[str]:
+        run = run_of(night)
         with duckdb.connect(str(nights.warehouse), read_only=True) as connection:
-            return baseline_lines(baseline_from_tables(connection, run, alpha=0.05), run)
+            found = baseline_from_tables(connection, run, configured_alpha=configured)
+            return baseline_lines(found, run)
 
     nights.run("2026-10-15")
+    baseline = run_of("2026-10-15")
     assert said("2026-10-15")[1:] == [
         "Against the baseline: this run is its suite's baseline: nothing to compare",
-        "  gate no_significant_regression (p < 0.05): not assessed",
+        "  gate no_significant_regression: not assessed",
     ]
     # An evidence threshold far above the default refuses most questions: shorter answers.
     nights.run("2026-10-16", system={"evidence_threshold": 50.0})
-    [(baseline,)] = nights.query(
-        "SELECT eval_run_id FROM eval_runs WHERE partition_date = '2026-10-15'"
-    )
-    pending = said("2026-10-16")
-    assert pending[1].startswith(f"Against the baseline: comparable with {baseline}, not compared")
-    assert pending[2].endswith("not assessed")
+    regressed = run_of("2026-10-16")
+    assert said("2026-10-16")[1:] == [
+        f"Against baseline {baseline}: comparable, not compared yet (under the daemon, its "
+        "comparison_guard sensor compares the run with the suite's baseline); rag-eval compare "
+        f"{regressed} {baseline} compares the two now",
+        "  gate no_significant_regression: not assessed",
+    ]
     result = nights.compare("2026-10-16")
     [gate] = [
         e
         for e in result.get_asset_check_evaluations()
         if e.check_name == "gate_no_significant_regression"
     ]
-    regressed = gate.metadata["regressed_metrics"].data
-    assert not gate.passed and regressed
-    compared = said("2026-10-16")
+    named = gate.metadata["regressed_metrics"].data
+    assert not gate.passed and named
+    # The level the check used is kept with the comparison, and read back: today's gates file
+    # (a stricter level here) does not change what the check decided.
+    [(alpha,)] = nights.query("SELECT DISTINCT regression_alpha FROM run_comparisons")
+    assert alpha == 0.05
+    compared = said("2026-10-16", configured=lambda: 1e-9)
     assert compared[1].startswith(f"Against baseline {baseline}: same corpus digest")
     assert compared[2] == (
         "  gate no_significant_regression (p < 0.05): FAILED: significantly worse in "
-        + ", ".join(regressed)
+        + ", ".join(named)
     )
     marked = {line.split()[0] for line in compared[3:] if line.endswith("  worse")}
-    assert marked == set(regressed)
+    assert marked == set(named)
     # The comparison's page in the UI marks them the same way.
     [materialization] = result.asset_materializations_for_node("run_comparison")
     table = materialization.metadata["comparison"].value.splitlines()
     assert table[0].rstrip(" |").endswith("verdict")
     in_table = {line.split("|")[1].strip() for line in table if line.rstrip(" |").endswith("worse")}
-    assert in_table == set(regressed)
+    assert in_table == set(named)
+    # A comparison recorded before the level was kept is marked at the gates file's level now,
+    # said so; without a readable gates file, not marked at all.
+    with duckdb.connect(str(nights.warehouse)) as connection:
+        connection.execute("UPDATE run_comparisons SET regression_alpha = NULL")
+    legacy = said("2026-10-16", configured=lambda: 0.05)
+    assert legacy[2].startswith(
+        "  gate no_significant_regression (p < 0.05, the gates file's level now: the comparison "
+        "did not record its own): FAILED"
+    )
+    unmarked = said("2026-10-16")
+    assert unmarked[2].startswith("  gate no_significant_regression: not shown")
+    assert not any(line.endswith(("  worse", "  better")) for line in unmarked)
+    # The regressed run made the baseline since: its recorded comparison says so.
+    with duckdb.connect(str(nights.warehouse)) as connection:
+        accept_baseline(connection, regressed, kind="decision", reason="accepted by hand")
+    assert f"  the suite's baseline is now this run, not {baseline}" in said("2026-10-16")
     # A night on another snapshot is not compared; the reason names both digests.
     new_snapshot(library)
     nights.run("2026-11-02")
     skipped = said("2026-11-02")
-    assert skipped[1].startswith(f"Against the baseline: not compared with {baseline}: ")
-    assert "corpus digest" in skipped[1] and skipped[2].endswith("not assessed")
+    assert skipped[1].startswith(f"Against baseline {regressed}: not comparable: corpus digest")
+    assert skipped[2] == "  gate no_significant_regression: not assessed"
+
+
+def test_the_summary_says_when_whether_a_run_compares_was_never_recorded():
+    """A warehouse upgraded from before suites has baselines without a comparability verdict
+    (NULL): not read as comparable."""
+    from rag_eval_pipeline.lib.reporting.summary import baseline_lines
+
+    old = {
+        "is_current_baseline": False,
+        "current_baseline_run_id": "b",
+        "decision": {"baseline_run_id": "b", "comparable": None, "reason": "recorded before"},
+        "compared": [],
+    }
+    assert baseline_lines(old, "r")[1:] == [
+        "Against baseline b: whether the two compare was not recorded (recorded before)",
+        "  gate no_significant_regression: not assessed",
+    ]
+
+
+def test_an_unreadable_gates_file_leaves_comparisons_unmarked_with_a_warning(
+    tmp_path, monkeypatch, capsys
+):
+    from rag_eval_pipeline.cli import project
+
+    monkeypatch.setenv("RAG_EVAL_GATES", str(tmp_path / "missing.yaml"))
+    assert project.regression_alpha_or_none("the comparison is shown") is None
+    warning = capsys.readouterr().err
+    assert "missing.yaml" in warning and "the comparison is shown without worse or better" in (
+        warning
+    )
 
 
 def test_the_summary_names_the_golden_items_that_drifted_in_the_runs_snapshot(nights, library):

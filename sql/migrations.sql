@@ -49,3 +49,7 @@ ALTER TABLE eval_run_records ADD COLUMN IF NOT EXISTS trace_digest VARCHAR
 -- The measure definitions a run was computed with (lib/metrics/__init__.py); NULL for runs
 -- recorded before, which compare with no run that has one.
 ALTER TABLE eval_run_records ADD COLUMN IF NOT EXISTS measures_version VARCHAR
+
+-- name: comparison_alpha_column
+-- The regression gate's level each comparison was checked at (lib/runs/comparisons.py).
+ALTER TABLE run_comparisons ADD COLUMN IF NOT EXISTS regression_alpha DOUBLE

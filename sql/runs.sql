@@ -58,8 +58,8 @@ INSERT OR REPLACE INTO run_baselines
 VALUES ($eval_run_id, $baseline_run_id, $comparable, $reason, $decided_at)
 
 -- name: comparison_rows
-SELECT baseline_run_id, metric, candidate_value, baseline_value, delta, ci_low, ci_high,
-       p_value, test, n, comparable, reason
+-- Every column but the candidate's id (regression_alpha only in a warehouse that has it).
+SELECT * EXCLUDE (candidate_run_id)
 FROM run_comparisons
 WHERE candidate_run_id = $run
 ORDER BY metric

@@ -324,7 +324,10 @@ CREATE TABLE IF NOT EXISTS run_comparisons (
     test VARCHAR,
     n INTEGER,
     comparable BOOLEAN NOT NULL,
-    reason VARCHAR NOT NULL
+    reason VARCHAR NOT NULL,
+    -- The level the regression gate was checked at (a metric with p below it, in its worse
+    -- direction, fails it); NULL for comparisons recorded before it was kept.
+    regression_alpha DOUBLE
 );
 CREATE TABLE IF NOT EXISTS rebaseline_offsets (
     rebaseline_run_id VARCHAR NOT NULL,

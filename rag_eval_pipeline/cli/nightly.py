@@ -662,13 +662,14 @@ def format_comparison(candidate_run_id: str, rows, alpha: float) -> str:
     """The recorded comparison of one candidate run as a table, each metric significantly worse
     or better at ``alpha`` (the regression gate's level) marked so."""
     from rag_eval_pipeline.lib.metrics.comparison import verdict
-    from rag_eval_pipeline.lib.reporting.summary import comparison_line
+    from rag_eval_pipeline.lib.reporting.summary import comparison_line, in_compared_order
 
     if not rows.height:
         return f"no comparison recorded for {candidate_run_id}"
     first = rows.row(0, named=True)
     lines = [f"{candidate_run_id} against baseline {first['baseline_run_id']}: {first['reason']}"]
-    for row in rows.filter(rows["candidate_value"].is_not_null()).iter_rows(named=True):
+    compared = rows.filter(rows["candidate_value"].is_not_null()).to_dicts()
+    for row in in_compared_order(compared):
         marked = verdict(row["metric"], row["delta"], row["p_value"], alpha)
         lines.append(comparison_line({**row, "verdict": marked}))
     return "\n".join(lines)

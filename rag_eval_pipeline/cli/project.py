@@ -3,6 +3,7 @@
 import argparse
 import datetime as dt
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,16 @@ def regression_alpha() -> float:
     from rag_eval_pipeline.lib.runs.gates import read_gates
 
     return read_gates(deployment().gates_file).regression_alpha
+
+
+def regression_alpha_or_none(what: str) -> float | None:
+    """``regression_alpha()``, or None with a warning on stderr when the gates file cannot be
+    read: ``what`` is then shown without its worse or better marks, and nothing else fails."""
+    try:
+        return regression_alpha()
+    except ConfigError as error:
+        print(f"warning: {error}; {what} without worse or better marks", file=sys.stderr)
+        return None
 
 
 def dagster_home() -> Path:

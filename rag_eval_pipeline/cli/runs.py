@@ -51,7 +51,9 @@ def command_summary(args: argparse.Namespace) -> int:
         except KeyError:
             raise ConfigError(f"no evaluation run {run_id!r} in {warehouse.path}") from None
         headline["baseline"] = baseline_from_tables(
-            connection, run_id, alpha=project.regression_alpha()
+            connection,
+            run_id,
+            configured_alpha=lambda: project.regression_alpha_or_none("the comparison is shown"),
         )
         newer = (
             []
@@ -267,9 +269,11 @@ def command_compare(args: argparse.Namespace) -> int:
         if not comparable:
             return 1
         rows = compare_runs(connection, args.run_a, args.run_b)
-    alpha = project.regression_alpha()
+    alpha = project.regression_alpha_or_none("the metrics are shown")
     for row in rows.iter_rows(named=True):
-        marked = verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        marked = (
+            None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        )
         print(comparison_line({**row, "verdict": marked}))
     return 0
 

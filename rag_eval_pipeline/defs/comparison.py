@@ -81,7 +81,9 @@ def build_run_comparison(
                 raise RagEvalError(
                     f"no completed evaluation run of suite {suite} for night {night}"
                 )
-            comparison = compare_with_baseline(connection, candidate_id, seed=settings.seed)
+            comparison = compare_with_baseline(
+                connection, candidate_id, seed=settings.seed, regression_alpha=alpha
+            )
         yield dg.Output(
             None, metadata=comparison_metadata(comparison, candidate_id, context.run_id, alpha)
         )

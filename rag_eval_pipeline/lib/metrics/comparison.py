@@ -73,7 +73,9 @@ def verdict(
     """``WORSE`` or ``BETTER`` for a change significant at ``alpha`` (``p_value < alpha``, the
     rule of ``significant_regressions``), in the metric's direction (``higher_is_better``);
     None for a change that is not significant, or not measured."""
-    if delta is None or p_value is None or not p_value < alpha or delta == 0:
+    if delta is None or p_value is None or not p_value < alpha:
+        return None
+    if delta == 0 or math.isnan(delta):  # a NaN delta is neither (nor a regression)
         return None
     lower_is_better = any(s.metric == metric and not s.higher_is_better for s in specs)
     return WORSE if (delta > 0) == lower_is_better else BETTER

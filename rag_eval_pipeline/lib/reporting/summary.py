@@ -6,7 +6,7 @@ complete says so above its figures.
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import duckdb
@@ -16,6 +16,7 @@ from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, WORSE, verdict
 from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_from_tables, judge_trust_lines
 from rag_eval_pipeline.lib.runs import registry
+from rag_eval_pipeline.lib.runs.baselines import current_baseline
 from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
 from rag_eval_pipeline.lib.runs.gates import REGRESSION_GATE
 from rag_eval_pipeline.lib.runs.record import UNRECORDED, measures_of
@@ -357,31 +358,51 @@ def gate_lines(gates: list[dict] | None, finished: bool = True) -> list[str]:
     return lines
 
 
+def in_compared_order(rows: list[dict]) -> list[dict]:
+    """Comparison rows in ``COMPARED_METRICS`` order (``rag-eval compare``'s), others after."""
+    order = {spec.metric: position for position, spec in enumerate(COMPARED_METRICS)}
+    return sorted(rows, key=lambda row: (order.get(row["metric"], len(order)), row["metric"]))
+
+
 def baseline_from_tables(
-    connection: duckdb.DuckDBPyConnection, eval_run_id: str, *, alpha: float
+    connection: duckdb.DuckDBPyConnection,
+    eval_run_id: str,
+    *,
+    configured_alpha: Callable[[], float | None] = lambda: None,
 ) -> dict:
-    """What the run was measured against (``run_baselines``) and its recorded comparison
-    (``run_comparisons``, metric by metric in ``COMPARED_METRICS`` order, each with its
-    ``verdict`` at ``alpha``: the significance level of the regression gate the comparison is
-    checked with)."""
+    """What the run was measured against (``run_baselines``), the suite's baseline now, and the
+    run's recorded comparison (``run_comparisons``, metric by metric in ``COMPARED_METRICS``
+    order), each metric with its ``verdict`` at the level the regression gate was checked at,
+    as recorded with the comparison (``regression_alpha``); for a comparison recorded before
+    that was kept, at ``configured_alpha()`` (the gates file's level now; None: no verdicts)."""
     identity = registry.run_row(connection, eval_run_id) or {}
     decision = (
         _rows(connection, "baseline_decision", {"run": eval_run_id})
         if _has_table(connection, "run_baselines")
         else []
     )
-    order = {spec.metric: position for position, spec in enumerate(COMPARED_METRICS)}
-    compared = sorted(
-        comparison_rows(connection, eval_run_id).to_dicts(),
-        key=lambda row: (order.get(row["metric"], len(order)), row["metric"]),
-    )
+    current = current_baseline(connection, identity["suite"]) if identity else None
+    compared = [
+        row
+        for row in in_compared_order(comparison_rows(connection, eval_run_id).to_dicts())
+        if row["metric"] != "comparability"
+    ]
+    recorded = bool(compared) and all(row.get("regression_alpha") is not None for row in compared)
+    alpha = compared[0]["regression_alpha"] if recorded else None
+    if compared and not recorded:
+        alpha = configured_alpha()
     for row in compared:
-        row["verdict"] = verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        row["regression_alpha"] = alpha
+        row["verdict"] = (
+            None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        )
     return {
         "is_current_baseline": bool(identity.get("is_current_baseline")),
+        "current_baseline_run_id": current["eval_run_id"] if current else None,
         "decision": decision[0] if decision else None,
         "regression_alpha": alpha,
-        "compared": [row for row in compared if row["metric"] != "comparability"],
+        "regression_alpha_recorded": recorded,
+        "compared": compared,
     }
 
 
@@ -408,42 +429,73 @@ def baseline_lines(baseline: Mapping, eval_run_id: str, finished: bool = True) -
     """What the run was compared with, and the regression gate's outcome, which the release
     gates above do not include: it is checked when the run is compared with its baseline (the
     comparison guard's ``run_comparison``), so a run whose gates all passed may still have
-    regressed."""
-    gate = f"{REGRESSION_GATE} (p < {baseline['regression_alpha']:g})"
+    regressed. A baseline replaced since the run was measured against it is named beside the
+    suite's baseline now."""
     decision = baseline.get("decision") or {}
     against = decision.get("baseline_run_id")
+    current = baseline.get("current_baseline_run_id")
     compared = baseline.get("compared") or []
+    lines = [""]
     if compared:
         against = compared[0]["baseline_run_id"]
+        alpha = baseline.get("regression_alpha")
         worse = [row["metric"] for row in compared if row.get("verdict") == WORSE]
-        outcome = (
-            f"FAILED: significantly worse in {', '.join(worse)}"
-            if worse
-            else "passed: no compared metric significantly worse"
-        )
-        return [
-            "",
-            f"Against baseline {against}: {compared[0]['reason']}",
-            f"  gate {gate}: {outcome}",
-            *(comparison_line(row) for row in compared),
-        ]
-    if not finished:
-        why = "not compared: " + UNFINISHED
-    elif baseline.get("is_current_baseline"):
-        why = "this run is its suite's baseline: nothing to compare"
-    elif not decision:
-        why = "nothing recorded: the run was published before runs kept their baseline"
-    elif not against:
-        why = f"no baseline to compare with ({decision['reason']})"
-    elif decision.get("comparable") is False:
-        why = f"not compared with {against}: {decision['reason']}"
+        if alpha is None:
+            gate = (
+                f"  gate {REGRESSION_GATE}: not shown (the level it was checked at was not "
+                "recorded with this comparison, and the gates file could not be read)"
+            )
+        else:
+            level = (
+                f"p < {alpha:g}"
+                if baseline.get("regression_alpha_recorded")
+                else f"p < {alpha:g}, the gates file's level now: the comparison did not record "
+                "its own"
+            )
+            outcome = (
+                f"FAILED: significantly worse in {', '.join(worse)}"
+                if worse
+                else "passed: no compared metric significantly worse"
+            )
+            gate = f"  gate {REGRESSION_GATE} ({level}): {outcome}"
+        lines += [f"Against baseline {against}: {compared[0]['reason']}", gate]
     else:
-        why = (
-            f"comparable with {against}, not compared yet: the comparison guard compares it "
-            "(rag-eval nightly in its own process, or the daemon's comparison_guard sensor); "
-            f"rag-eval compare {eval_run_id} {against} compares the two now"
-        )
-    return ["", f"Against the baseline: {why}", f"  gate {gate}: not assessed"]
+        if not finished:
+            lines.append("Against the baseline: not compared: " + UNFINISHED)
+        elif baseline.get("is_current_baseline"):
+            lines.append(
+                "Against the baseline: this run is its suite's baseline: nothing to compare"
+            )
+        elif not decision:
+            lines.append(
+                "Against the baseline: nothing recorded: the run was published before runs kept "
+                "their baseline"
+            )
+        elif not against:
+            lines.append(
+                f"Against the baseline: no baseline to compare with ({decision['reason']})"
+            )
+        elif decision.get("comparable") is None:
+            lines.append(
+                f"Against baseline {against}: whether the two compare was not recorded "
+                f"({decision['reason']})"
+            )
+        elif decision.get("comparable") is False:
+            lines.append(f"Against baseline {against}: {decision['reason']}")
+        else:
+            target = current or against
+            lines.append(
+                f"Against baseline {against}: comparable, not compared yet (under the daemon, its "
+                f"comparison_guard sensor compares the run with the suite's baseline); rag-eval "
+                f"compare {eval_run_id} {target} compares the two now"
+            )
+        lines.append(f"  gate {REGRESSION_GATE}: not assessed")
+    if against and current and current != against:
+        now = "this run" if current == eval_run_id else current
+        lines.append(f"  the suite's baseline is now {now}, not {against}")
+    if compared:
+        lines += [comparison_line(row) for row in compared]
+    return lines
 
 
 def summary_markdown(headline: dict) -> str:

@@ -44,9 +44,15 @@ class Comparison:
 
 
 def compare_with_baseline(
-    connection: duckdb.DuckDBPyConnection, candidate_run_id: str, *, seed: int
+    connection: duckdb.DuckDBPyConnection,
+    candidate_run_id: str,
+    *,
+    seed: int,
+    regression_alpha: float | None = None,
 ) -> Comparison:
-    """Compare a completed run with its suite's current baseline and record the comparison."""
+    """Compare a completed run with its suite's current baseline and record the comparison,
+    with the level its regression gate is checked at (``regression_alpha``, kept in each row
+    so the gate's outcome can be read back as it was decided)."""
     candidate = registry.run_row(connection, candidate_run_id)
     if candidate is None or not candidate["complete"]:
         state = "not in the warehouse" if candidate is None else candidate["status"]
@@ -71,11 +77,15 @@ def compare_with_baseline(
             else pl.DataFrame()
         )
         comparison = Comparison(candidate, baseline, comparable, reason, rows)
-    record_comparison(connection, comparison)
+    record_comparison(connection, comparison, regression_alpha)
     return comparison
 
 
-def record_comparison(connection: duckdb.DuckDBPyConnection, comparison: Comparison) -> None:
+def record_comparison(
+    connection: duckdb.DuckDBPyConnection,
+    comparison: Comparison,
+    regression_alpha: float | None = None,
+) -> None:
     candidate_run_id = comparison.candidate["eval_run_id"]
     if comparison.rows.height:
         table = comparison.rows.with_columns(
@@ -96,6 +106,7 @@ def record_comparison(connection: duckdb.DuckDBPyConnection, comparison: Compari
                 }
             ]
         )
+    table = table.with_columns(regression_alpha=pl.lit(regression_alpha, dtype=pl.Float64))
     replace_rows(connection, "run_comparisons", table, {"candidate_run_id": candidate_run_id})
 
 

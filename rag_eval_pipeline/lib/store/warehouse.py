@@ -77,6 +77,7 @@ def upgrade(connection: duckdb.DuckDBPyConnection) -> None:
         "optional_outcomes",
         "capture_columns",
         "measures_version_column",
+        "comparison_alpha_column",
     ):
         connection.execute(sql_query("migrations", step))
     for statement in sql_statements("views"):
