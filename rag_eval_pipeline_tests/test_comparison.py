@@ -678,13 +678,16 @@ def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebase
 
 def test_history_and_summary_read_a_warehouse_not_yet_upgraded(nights, monkeypatch, capsys):
     """After upgrading the code, read-only commands meet the warehouse as the earlier code
-    left it (a publish upgrades it, a read does not): no ``measures_version`` column. They
-    read it, showing the definitions as unrecorded, rather than fail on the missing column."""
+    left it (a publish upgrades it, a read does not): no ``measures_version`` column, no
+    ``regression_alpha``. They read it, showing the definitions as unrecorded and the gate at
+    the gates file's level, rather than fail on the missing columns."""
     nights.run("2026-10-15")
     nights.run("2026-10-16")
+    assert nights.compare("2026-10-16").success
     with duckdb.connect(str(nights.warehouse)) as connection:
         connection.execute("DROP VIEW eval_runs")
         connection.execute("ALTER TABLE eval_run_records DROP COLUMN measures_version")
+        connection.execute("ALTER TABLE run_comparisons DROP COLUMN regression_alpha")
         for statement in sql_statements("views"):
             connection.execute(statement)
     monkeypatch.setenv("RAG_EVAL_WAREHOUSE", str(nights.warehouse))
@@ -694,7 +697,13 @@ def test_history_and_summary_read_a_warehouse_not_yet_upgraded(nights, monkeypat
     assert "2026-10-15" in shown and "2026-10-16" in shown
     assert "changed" not in shown.split("\n", 1)[1]
     assert main(["summary"]) == 0
-    assert "\n  measures          unrecorded\n" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "\n  measures          unrecorded\n" in shown
+    # Nor is the regression gate's level kept with the comparison: the gates file's is used.
+    assert (
+        "  gate no_significant_regression (p < 0.05, the gates file's level now: the comparison "
+        "did not record its own): passed"
+    ) in shown
 
 
 def test_the_drift_warning_names_the_drifted_items_and_why(library, tmp_path):
