@@ -812,6 +812,9 @@ def test_the_summary_says_what_each_run_was_compared_with_and_the_regression_gat
     [(alpha,)] = nights.query("SELECT DISTINCT regression_alpha FROM run_comparisons")
     assert alpha == 0.05
     compared = said("2026-10-16", configured=lambda: 1e-9)
+    with duckdb.connect(str(nights.warehouse), read_only=True) as connection:
+        found = baseline_from_tables(connection, regressed)
+    assert found["regression_gate"] == "failed" and found["regression_alpha"] == 0.05
     assert compared[1].startswith(f"Against baseline {baseline}: same corpus digest")
     assert compared[2] == (
         "  gate no_significant_regression (p < 0.05): FAILED: significantly worse in "

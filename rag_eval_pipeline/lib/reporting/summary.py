@@ -374,7 +374,9 @@ def baseline_from_tables(
     run's recorded comparison (``run_comparisons``, metric by metric in ``COMPARED_METRICS``
     order), each metric with its ``verdict`` at the level the regression gate was checked at,
     as recorded with the comparison (``regression_alpha``); for a comparison recorded before
-    that was kept, at ``configured_alpha()`` (the gates file's level now; None: no verdicts)."""
+    that was kept, at ``configured_alpha()`` (the gates file's level now; None: no verdicts).
+    ``regression_gate`` is ``passed``, ``failed`` or ``not assessed`` (not compared, or no
+    level to judge at)."""
     identity = registry.run_row(connection, eval_run_id) or {}
     decision = (
         _rows(connection, "baseline_decision", {"run": eval_run_id})
@@ -396,7 +398,12 @@ def baseline_from_tables(
         row["verdict"] = (
             None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
         )
+    if not compared or alpha is None:
+        gate = "not assessed"
+    else:
+        gate = "failed" if any(row["verdict"] == WORSE for row in compared) else "passed"
     return {
+        "regression_gate": gate,
         "is_current_baseline": bool(identity.get("is_current_baseline")),
         "current_baseline_run_id": current["eval_run_id"] if current else None,
         "decision": decision[0] if decision else None,
