@@ -911,3 +911,39 @@ def test_the_summary_names_the_golden_items_that_drifted_in_the_runs_snapshot(ni
     assert f": {item} ({reason})" in line and "superseded" in reason
     if len(drifted) > 3:
         assert line.endswith(f"; and {len(drifted) - 3} more")
+
+
+def test_the_nightlys_comparison_table_marks_metrics_at_the_recorded_level():
+    """``rag-eval nightly`` prints the comparison the guard ran with each significant change
+    marked in its metric's direction, at the level recorded with it; one recorded without a
+    level is printed unmarked."""
+    import polars as pl
+
+    from rag_eval_pipeline.cli.nightly import format_comparison
+
+    def rows(alpha):
+        return pl.DataFrame(
+            {
+                "baseline_run_id": ["b", "b"],
+                "metric": ["token_f1", "false_refusal"],
+                "candidate_value": [0.5, 0.4],
+                "baseline_value": [0.5, 0.1],
+                "delta": [0.0, 0.3],
+                "ci_low": [0.0, 0.2],
+                "ci_high": [0.0, 0.4],
+                "p_value": [1.0, 0.001],
+                "test": ["paired_bootstrap", "mcnemar_exact"],
+                "n": [10, 10],
+                "comparable": [True, True],
+                "reason": ["same", "same"],
+                "regression_alpha": pl.Series([alpha, alpha], dtype=pl.Float64),
+            }
+        )
+
+    marked = format_comparison("c", rows(0.05)).splitlines()
+    # In rag-eval compare's order: false_refusal comes before token_f1.
+    assert [line.split()[0] for line in marked[1:]] == ["false_refusal", "token_f1"]
+    assert marked[1].endswith("p=0.0010 (mcnemar_exact, n=10)  worse")
+    assert marked[2].endswith("(paired_bootstrap, n=10)")
+    assert format_comparison("c", rows(0.0005)).splitlines()[1].endswith("n=10)")
+    assert format_comparison("c", rows(None)).splitlines()[1].endswith("n=10)")

@@ -596,13 +596,7 @@ def command_nightly(args: argparse.Namespace) -> int:
         if request.job_name == "run_comparison_job":
             candidate = request.run_config["ops"]["run_comparison"]["config"]["candidate_run_id"]
             with warehouse.reading() as connection:
-                print(
-                    format_comparison(
-                        candidate,
-                        comparison_rows(connection, candidate),
-                        project.regression_alpha(),
-                    )
-                )
+                print(format_comparison(candidate, comparison_rows(connection, candidate)))
             break
         summary = summary_facts(follow_up)
         if request.job_name == "rebaseline" and summary:
@@ -658,9 +652,10 @@ def format_offsets(rebaseline_run_id: str, connection) -> str:
     return "\n".join(lines)
 
 
-def format_comparison(candidate_run_id: str, rows, alpha: float) -> str:
+def format_comparison(candidate_run_id: str, rows) -> str:
     """The recorded comparison of one candidate run as a table, each metric significantly worse
-    or better at ``alpha`` (the regression gate's level) marked so."""
+    or better at the level its regression gate was checked at (``regression_alpha``, recorded
+    with the comparison) marked so."""
     from rag_eval_pipeline.lib.metrics.comparison import verdict
     from rag_eval_pipeline.lib.reporting.summary import comparison_line, in_compared_order
 
@@ -670,7 +665,10 @@ def format_comparison(candidate_run_id: str, rows, alpha: float) -> str:
     lines = [f"{candidate_run_id} against baseline {first['baseline_run_id']}: {first['reason']}"]
     compared = rows.filter(rows["candidate_value"].is_not_null()).to_dicts()
     for row in in_compared_order(compared):
-        marked = verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        alpha = row.get("regression_alpha")
+        marked = (
+            None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
+        )
         lines.append(comparison_line({**row, "verdict": marked}))
     return "\n".join(lines)
 
