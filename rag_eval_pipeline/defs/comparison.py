@@ -70,8 +70,12 @@ def build_run_comparison(
     ):
         """Tonight's run against its suite's current baseline, metric by metric, paired per
         question (exact McNemar for binary outcomes, paired bootstrap for means), written to
-        ``run_comparisons``. Across corpus or golden-set digests nothing is compared: the row says
-        why and the blocking check fails, naming both digests and the re-baseline command."""
+        ``run_comparisons``. A night the comparison guard finds not comparable (another corpus
+        or golden-set digest, or other measure definitions) is not materialized here at all:
+        the reason is on its ``eval_summary`` (``comparability``), in ``run_baselines`` and in
+        ``rag-eval summary``. Materialized by hand across digests, nothing is compared: the row
+        says why and the blocking check fails, naming both digests and the re-baseline
+        command."""
         night, suite = night_and_suite(context)
         with warehouse_db.publishing() as connection:
             candidate_id = config.candidate_run_id or latest_complete_of_partition(
