@@ -905,12 +905,17 @@ def test_the_summary_names_the_golden_items_that_drifted_in_the_runs_snapshot(ni
         "AND d.drifted ORDER BY d.item_id"
     )
     assert drifted, "the revised fridge procedure answers some golden items"
-    [line] = [line for line in summary("2026-11-02").splitlines() if "golden drift" in line]
-    assert line.startswith(f"  golden drift      {len(drifted)} item(s) whose answering passage")
+    lines = summary("2026-11-02").splitlines()
+    [at] = [number for number, line in enumerate(lines) if "golden drift" in line]
+    assert lines[at].startswith(f"  golden drift      {len(drifted)} item(s) whose answering")
+    # Three short lines (the UI shows the summary as one block of text, unwrapped).
+    named = lines[at + 2]
+    assert named.startswith(" " * 20 + "re-label them (golden_drift lists every one): ")
+    assert lines[at + 3].startswith("  system ")
     item, reason = drifted[0]
-    assert f": {item} ({reason})" in line and "superseded" in reason
+    assert f": {item} ({reason})" in named and "superseded" in reason
     if len(drifted) > 3:
-        assert line.endswith(f"; and {len(drifted) - 3} more")
+        assert named.endswith(f"; and {len(drifted) - 3} more")
 
 
 def test_the_nightlys_comparison_table_marks_metrics_at_the_recorded_level():

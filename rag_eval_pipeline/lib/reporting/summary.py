@@ -166,8 +166,10 @@ def drift_lines(drift: Mapping | None) -> list[str]:
     named = "; ".join(first) + (f"; and {more} more" if more > 0 else "")
     return [
         f"  golden drift      {drift['drifted']} item(s) whose answering passage is not current, "
-        "or changed, in this snapshot (scored like the rest, so their figures may have moved "
-        f"with the corpus, not the system; re-label them, golden_drift lists every one): {named}"
+        "or changed, in this snapshot,",
+        "                    scored like the rest: their figures may have moved with the corpus, "
+        "not the system;",
+        f"                    re-label them (golden_drift lists every one): {named}",
     ]
 
 
