@@ -656,7 +656,7 @@ def format_comparison(candidate_run_id: str, rows) -> str:
     """The recorded comparison of one candidate run as a table, each metric significantly worse
     or better at the level its regression gate was checked at (``regression_alpha``, recorded
     with the comparison) marked so."""
-    from rag_eval_pipeline.lib.metrics.comparison import verdict
+    from rag_eval_pipeline.lib.metrics.comparison import row_verdict
     from rag_eval_pipeline.lib.reporting.summary import comparison_line, in_compared_order
 
     if not rows.height:
@@ -666,9 +666,7 @@ def format_comparison(candidate_run_id: str, rows) -> str:
     compared = rows.filter(rows["candidate_value"].is_not_null()).to_dicts()
     for row in in_compared_order(compared):
         alpha = row.get("regression_alpha")
-        marked = (
-            None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
-        )
+        marked = row_verdict(row, alpha)
         lines.append(comparison_line({**row, "verdict": marked}))
     return "\n".join(lines)
 

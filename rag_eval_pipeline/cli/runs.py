@@ -46,14 +46,15 @@ def command_summary(args: argparse.Namespace) -> int:
         if run_id is None:
             of_suite = f" of suite {args.suite}" if args.suite else ""
             raise ConfigError(f"{warehouse.path}: no completed evaluation run{of_suite}")
-        try:
-            headline = headline_from_tables(connection, run_id)
-        except KeyError:
-            raise ConfigError(f"no evaluation run {run_id!r} in {warehouse.path}") from None
+        identity = registry.run_row(connection, run_id)
+        if identity is None:
+            raise ConfigError(f"no evaluation run {run_id!r} in {warehouse.path}")
+        headline = headline_from_tables(connection, run_id, identity=identity)
         headline["baseline"] = baseline_from_tables(
             connection,
             run_id,
             configured_alpha=lambda: project.regression_alpha_or_none("the comparison is shown"),
+            identity=identity,
         )
         newer = (
             []
@@ -62,9 +63,7 @@ def command_summary(args: argparse.Namespace) -> int:
                 sql_query("runs", "newer_unfinished"), {"suite": args.suite, "eval_run_id": run_id}
             ).fetchall()
         )
-        failed = failed_attempts(
-            connection, registry.run_row(connection, run_id), args.suite, args.eval_run_id
-        )
+        failed = failed_attempts(connection, identity, args.suite, args.eval_run_id)
     for unfinished, night, status, reason, begun_after in newer:
         # The latest night's completed run is shown; one of a later night or begun after it
         # that did not finish is not passed over in silence (tonight's failed night, say).
@@ -250,7 +249,7 @@ def command_history(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    from rag_eval_pipeline.lib.metrics.comparison import verdict
+    from rag_eval_pipeline.lib.metrics.comparison import row_verdict
     from rag_eval_pipeline.lib.reporting.summary import comparison_line
     from rag_eval_pipeline.lib.runs.baselines import comparability_noting_judges, compare_runs
     from rag_eval_pipeline.lib.runs.registry import run_row
@@ -271,9 +270,7 @@ def command_compare(args: argparse.Namespace) -> int:
         rows = compare_runs(connection, args.run_a, args.run_b)
     alpha = project.regression_alpha_or_none("the metrics are shown")
     for row in rows.iter_rows(named=True):
-        marked = (
-            None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
-        )
+        marked = row_verdict(row, alpha)
         print(comparison_line({**row, "verdict": marked}))
     return 0
 

@@ -17,7 +17,7 @@ from rag_eval_pipeline.defs.metadata import (
 from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource
 from rag_eval_pipeline.lib.errors import RagEvalError
-from rag_eval_pipeline.lib.metrics.comparison import verdict
+from rag_eval_pipeline.lib.metrics.comparison import row_verdict
 from rag_eval_pipeline.lib.runs.comparisons import compare_with_baseline
 from rag_eval_pipeline.lib.runs.gates import REGRESSION_GATE, GateSet
 from rag_eval_pipeline.lib.runs.record import measures_of
@@ -108,10 +108,7 @@ def comparison_metadata(
         ).with_columns(
             pl.Series(
                 "verdict",
-                [
-                    verdict(row["metric"], row["delta"], row["p_value"], alpha) or ""
-                    for row in comparison.rows.iter_rows(named=True)
-                ],
+                [row_verdict(row, alpha) or "" for row in comparison.rows.iter_rows(named=True)],
                 dtype=pl.String,
             )
         )

@@ -17,7 +17,7 @@ binary metric's delta, beside its McNemar p-value.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +79,12 @@ def verdict(
         return None
     lower_is_better = any(s.metric == metric and not s.higher_is_better for s in specs)
     return WORSE if (delta > 0) == lower_is_better else BETTER
+
+
+def row_verdict(row: Mapping, alpha: float | None) -> str | None:
+    """``verdict`` of a comparison row (``metric``, ``delta``, ``p_value``) at ``alpha``; None
+    when there is no level to judge it at (the gates file could not be read)."""
+    return None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
 
 
 def significant_regressions(

@@ -13,7 +13,7 @@ import duckdb
 
 from rag_eval_pipeline.lib.errors import named_few
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
-from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, WORSE, verdict
+from rag_eval_pipeline.lib.metrics.comparison import COMPARED_METRICS, WORSE, row_verdict
 from rag_eval_pipeline.lib.reporting.judge_trust import judge_trust_from_tables, judge_trust_lines
 from rag_eval_pipeline.lib.runs import registry
 from rag_eval_pipeline.lib.runs.baselines import current_baseline
@@ -73,12 +73,17 @@ def system_version(run: Mapping) -> str | None:
 
 
 def headline_from_tables(
-    connection: duckdb.DuckDBPyConnection, eval_run_id: str, *, with_gates: bool = True
+    connection: duckdb.DuckDBPyConnection,
+    eval_run_id: str,
+    *,
+    with_gates: bool = True,
+    identity: Mapping | None = None,
 ) -> dict:
     """Identity, status, digests and the headline metrics of one run, as plain data, with the
     release gates checked on it (``gates``) unless ``with_gates`` is False (the headline the run
-    is completed with, before its gates are checked)."""
-    identity = registry.run_row(connection, eval_run_id)
+    is completed with, before its gates are checked). ``identity``: the run's ``eval_runs`` row,
+    when the caller has read it already."""
+    identity = identity or registry.run_row(connection, eval_run_id)
     if identity is None:
         raise KeyError(f"no evaluation run {eval_run_id!r} in the warehouse")
     scope = {"run": eval_run_id}
@@ -371,6 +376,7 @@ def baseline_from_tables(
     eval_run_id: str,
     *,
     configured_alpha: Callable[[], float | None] = lambda: None,
+    identity: Mapping | None = None,
 ) -> dict:
     """What the run was measured against (``run_baselines``), the suite's baseline now, and the
     run's recorded comparison (``run_comparisons``, metric by metric in ``COMPARED_METRICS``
@@ -378,8 +384,8 @@ def baseline_from_tables(
     as recorded with the comparison (``regression_alpha``); for a comparison recorded before
     that was kept, at ``configured_alpha()`` (the gates file's level now; None: no verdicts).
     ``regression_gate`` is ``passed``, ``failed`` or ``not assessed`` (not compared, or no
-    level to judge at)."""
-    identity = registry.run_row(connection, eval_run_id) or {}
+    level to judge at). ``identity``: the run's ``eval_runs`` row, when read already."""
+    identity = identity or registry.run_row(connection, eval_run_id) or {}
     decision = (
         _rows(connection, "baseline_decision", {"run": eval_run_id})
         if _has_table(connection, "run_baselines")
@@ -397,9 +403,7 @@ def baseline_from_tables(
         alpha = configured_alpha()
     for row in compared:
         row["regression_alpha"] = alpha
-        row["verdict"] = (
-            None if alpha is None else verdict(row["metric"], row["delta"], row["p_value"], alpha)
-        )
+        row["verdict"] = row_verdict(row, alpha)
     if not compared or alpha is None:
         gate = "not assessed"
     else:
