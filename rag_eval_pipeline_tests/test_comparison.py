@@ -81,6 +81,17 @@ class Nights:
         self.cursor = tick.cursor
         return tick
 
+    def summary_facts(self, night: str) -> dict:
+        """The newest ``eval_summary`` materialization's metadata values of ``night``."""
+        [record] = self.instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("eval_summary"), asset_partitions=[f"{night}|{SUITE}"]
+            ),
+            limit=1,
+        ).records
+        metadata = record.asset_materialization.metadata
+        return {key: value.value for key, value in metadata.items()}
+
     def query(self, sql: str, parameters: dict | None = None):
         with duckdb.connect(str(self.warehouse), read_only=True) as connection:
             return connection.sql(sql, params=parameters).fetchall()
@@ -115,6 +126,13 @@ def test_first_run_is_the_baseline_and_nothing_is_compared(nights):
     assert nights.query("SELECT kind, reason FROM baseline_decisions") == [
         ("first_run", "first completed run")
     ]
+    # The UI says what run_baselines says: the baseline is compared with nothing.
+    facts = nights.summary_facts("2026-10-15")
+    assert facts["is_baseline"] is True and facts["baseline_run_id"] == ""
+    assert facts["comparable_with_baseline"] is None
+    assert nights.query("SELECT comparable FROM run_baselines") == [(None,)]
+    nights.run("2026-10-15")  # a re-run of the baseline
+    assert nights.summary_facts("2026-10-15")["comparable_with_baseline"] is None
 
 
 def test_same_digests_request_the_comparison(nights):
@@ -299,6 +317,16 @@ def test_rebaseline_stores_the_offset_and_the_comparison_runs(nights, library):
         "SELECT kind, previous_baseline_run_id, requested_by FROM baseline_decisions ORDER BY decided_at"
     )
     assert decisions[-1] == ("rebaseline", old_baseline, "lab owner")
+    # The re-baseline run is on another snapshot than the old baseline: not comparable with it,
+    # in the UI as in run_baselines.
+    facts = nights.summary_facts("2026-11-02")
+    [(rebaseline_run, comparable)] = nights.query(
+        "SELECT eval_run_id, comparable FROM run_baselines WHERE baseline_run_id = $old "
+        "AND eval_run_id <> $candidate",
+        {"old": old_baseline, "candidate": candidate},
+    )
+    assert facts["eval_run_id"] == rebaseline_run
+    assert facts["comparable_with_baseline"] is False and comparable is False
     tick = nights.tick()
     assert [r.job_name for r in tick.run_requests] == ["run_comparison_job"]
     compare = tick.run_requests[0]

@@ -99,12 +99,20 @@ def build_run_comparison(
 def comparison_metadata(
     comparison, candidate_id: str, dagster_run_id: str, alpha: float = 0.05
 ) -> dict:
-    """What the UI shows of a comparison: the table (each metric significantly worse or better
-    at ``alpha``, the regression gate's level, marked so in ``verdict``), both runs and digests,
-    and why."""
+    """What the UI shows of a comparison: the table (each delta with its 95% interval; each
+    metric significantly worse or better at ``alpha``, the regression gate's level, marked so in
+    ``verdict``), the level itself (``regression_alpha``), both runs and digests, and why."""
     shown = (
         comparison.rows.select(
-            "metric", "candidate_value", "baseline_value", "delta", "p_value", "test", "n"
+            "metric",
+            "candidate_value",
+            "baseline_value",
+            "delta",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "test",
+            "n",
         ).with_columns(
             pl.Series(
                 "verdict",
@@ -126,6 +134,7 @@ def comparison_metadata(
         "baseline_measures_version": measures_of(baseline),
         "comparable": comparison.comparable,
         "reason": comparison.reason,
+        "regression_alpha": alpha,
         "dagster_run": run_link(dagster_run_id),
         "comparison": dg.MetadataValue.md(markdown_table(shown))
         if shown.height

@@ -137,7 +137,9 @@ class Settled:
 
     baseline: dict | None
     is_baseline: bool
-    comparable: bool
+    # As ``run_baselines.comparable`` records it: None for the suite's baseline itself (nothing
+    # to compare), False for a re-baseline run (another snapshot than the old baseline's).
+    comparable: bool | None
     reason: str
     offset_rows: int = 0
 
@@ -207,15 +209,15 @@ def settle_baseline(
             reason=f"re-baseline for {run['rebaseline_for']}: {run['rebaseline_reason'] or ''}",
             requested_by=run["rebaseline_requested_by"],
         )
-        return Settled(current, True, True, reason, offsets.height)
+        return Settled(current, True, False, reason, offsets.height)
     if current is None:
         accept_baseline(connection, run_id, kind="first_run", reason="first completed run")
         reason = f"{run_id} is the first completed run of suite {run['suite']}: its baseline"
         registry.set_baseline_for(connection, run_id, None, None, reason)
-        return Settled(None, True, True, reason)
+        return Settled(None, True, None, reason)
     if current["eval_run_id"] == run_id:
         reason = f"{run_id} is the baseline of suite {run['suite']}"
-        return Settled(current, True, True, reason)
+        return Settled(current, True, None, reason)
     comparable, reason = comparability(run, current)
     if not comparable and (former := former_comparable_baseline(connection, run, current)):
         reason += (
