@@ -434,6 +434,7 @@ def test_the_first_night_is_a_setting_for_a_team_with_older_snapshots():
         (["nightly", "--partition", "2026-09-30"], "2026-09-30: no such night; nights run from"),
         (["nightly", "--partition", "2999-01-01"], "2999-01-01: no such night; nights run from"),
         (["nightly", "--config", "no/such/run.yaml"], "no/such/run.yaml: run configuration file"),
+        (["nightly", "--config", "."], "error: .: is a folder, not a run configuration file"),
         (["nightly", "--suite", "no-such-suite"], "no suite named 'no-such-suite'"),
         (["nightly", "--suite", "Bad Name"], "--suite 'Bad Name': use lowercase letters"),
         (["summary", "2026-10-15-000000000000"], "no evaluation run '2026-10-15-000000000000'"),
@@ -1094,3 +1095,22 @@ def test_compare_says_which_run_is_the_candidate(capsys):
     assert "candidate minus baseline" in " ".join(usage.split())
     args = build_parser().parse_args(["compare", "new-run", "old-run"])
     assert (args.run_a, args.run_b) == ("new-run", "old-run")
+
+
+def test_a_settings_file_that_is_not_text_is_one_error_naming_it(tmp_path):
+    """A run configuration, gates or suite file that is binary (or cannot be read) is refused
+    naming the file, as bad input, not a traceback that exits as a failed gate would."""
+    from rag_eval_pipeline.cli.nightly import read_run_config
+    from rag_eval_pipeline.lib.errors import InputError
+    from rag_eval_pipeline.lib.inputs.suites import load_suite
+    from rag_eval_pipeline.lib.runs.gates import load_gates
+
+    binary = b"\xff\xfe\x00gates: []\n"
+    for name in ("run.yaml", "gates.yaml", "mine.yaml"):
+        (tmp_path / name).write_bytes(binary)
+    with pytest.raises(InputError, match=r"run\.yaml: not UTF-8 text \(byte 0\)"):
+        read_run_config(str(tmp_path / "run.yaml"))
+    with pytest.raises(InputError, match=r"gates\.yaml: gates file cannot be read: .*utf-8"):
+        load_gates(tmp_path / "gates.yaml")
+    with pytest.raises(InputError, match=r"mine\.yaml: cannot be read: .*utf-8"):
+        load_suite(tmp_path, "mine")

@@ -817,6 +817,112 @@ def test_a_writer_killed_while_publishing_leaves_no_copy_behind_the_next_publish
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [unrelated.name]
 
 
+READ_WRITE_ANALYST = textwrap.dedent(
+    """
+    import duckdb, os, pathlib, signal, sys, time
+    connection = duckdb.connect(sys.argv[1])
+    connection.execute("INSERT INTO notes VALUES (7)")
+    if sys.argv[2] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    pathlib.Path(sys.argv[2]).write_text("opened")
+    while not pathlib.Path(sys.argv[3]).exists():
+        time.sleep(0.05)
+    connection.close()
+    """
+)
+
+
+def notes_warehouse(tmp_path: Path):
+    from rag_eval_pipeline.lib.store.warehouse import Warehouse
+
+    warehouse = Warehouse(tmp_path / "rag_eval.duckdb")
+    with warehouse.writing() as connection:
+        connection.execute("CREATE TABLE notes (n INTEGER)")
+    return warehouse
+
+
+def test_a_read_write_session_stops_the_publish_and_every_reader_says_who_holds_it(
+    tmp_path, monkeypatch, capsys
+):
+    """An analyst who opened the warehouse read-write and wrote: publishing over it would leave
+    their log beside a file it does not match (no reader could open the warehouse after), so
+    the write is refused naming the session's process; readers, the command line and the alert
+    of a failed night say who holds it instead of DuckDB's bare lock error. Once the session
+    closes (DuckDB checkpoints its rows into the file) the next write publishes them too."""
+    from rag_eval_pipeline.cli import main
+    from rag_eval_pipeline.defs.alerts import alert_failed_run
+    from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
+    from rag_eval_pipeline.lib.store.warehouse import WarehouseUnavailable
+
+    warehouse = notes_warehouse(tmp_path)
+    published = warehouse.path.read_bytes()
+    opened, done = tmp_path / "opened", tmp_path / "done"
+    analyst = subprocess.Popen(
+        [sys.executable, "-c", READ_WRITE_ANALYST, str(warehouse.path), str(opened), str(done)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not opened.exists():
+            assert analyst.poll() is None, analyst.stderr.read()
+            time.sleep(0.05)
+        holder = f"held open read-write by PID {analyst.pid}"
+        refused = pytest.raises(WarehouseUnavailable, match=f"{holder}.*nothing was published")
+        with refused, warehouse.writing() as connection:
+            connection.execute("INSERT INTO notes VALUES (1)")
+        assert warehouse.path.read_bytes() == published
+        assert not list(tmp_path.glob(".rag_eval.duckdb.*"))
+        told = pytest.raises(WarehouseUnavailable, match=f"{holder}.*read-only")
+        with told, warehouse.reading():
+            pass
+        monkeypatch.setenv("RAG_EVAL_WAREHOUSE", str(warehouse.path))
+        capsys.readouterr()
+        assert main(["sql", "SELECT count(*) FROM notes"]) == 2
+        assert holder in capsys.readouterr().err
+        instance = dg.DagsterInstance.ephemeral()
+        run = instance.create_run_for_job(
+            one_step_job, tags={EVAL_RUN_TAG: "2026-10-15-000000000000"}
+        )
+        with Webhook() as hook:
+            monkeypatch.setenv("RAG_EVAL_ALERT_WEBHOOK", hook.url)
+            alert_failed_run(
+                instance,
+                run,
+                "step eval_summary failed",
+                WarehouseResource(path=str(warehouse.path)),
+            )
+        [alert] = hook.received
+        assert alert["kind"] == "run_failure"
+        assert "could not be updated" in alert["text"] and holder in alert["text"]
+    finally:
+        done.touch()
+        analyst.wait(timeout=60)
+    assert analyst.returncode == 0, analyst.stderr.read()
+    with warehouse.writing() as connection:
+        connection.execute("INSERT INTO notes VALUES (1)")
+    with warehouse.reading() as connection:
+        assert connection.sql("SELECT n FROM notes ORDER BY n").fetchall() == [(1,), (7,)]
+
+
+def test_the_log_a_killed_read_write_session_left_is_published_with_the_next_write(tmp_path):
+    """A read-write session killed before it checkpointed leaves its log (``<file>.wal``) beside
+    the warehouse, holding rows the file has not: the next write copies it with the file, so
+    those rows are published with its own, and removes it (it would not match the new file)."""
+    warehouse = notes_warehouse(tmp_path)
+    killed = subprocess.run(
+        [sys.executable, "-c", READ_WRITE_ANALYST, str(warehouse.path), "kill", ""],
+        capture_output=True,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert warehouse.log_path.exists()
+    with warehouse.writing() as connection:
+        connection.execute("INSERT INTO notes VALUES (1)")
+    assert not warehouse.log_path.exists()
+    assert not list(tmp_path.glob(".rag_eval.duckdb.*"))
+    with warehouse.reading() as connection:
+        assert connection.sql("SELECT n FROM notes ORDER BY n").fetchall() == [(1,), (7,)]
+
+
 def test_a_failure_counts_as_bad_input_only_when_this_package_raised_an_input_error(
     library, tmp_path
 ):

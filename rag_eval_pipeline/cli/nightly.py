@@ -42,10 +42,18 @@ def read_run_config(path: str | None) -> dict:
     if not path:
         return {}
     source = Path(path)
+    if source.is_dir():
+        raise ConfigError(f"{source}: is a folder, not a run configuration file")
     if not source.is_file():
         raise ConfigError(f"{source}: run configuration file does not exist")
     try:
         document = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the run configuration: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{source}: not UTF-8 text (byte {exc.start}): a run configuration is a YAML file"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
     if document is None:

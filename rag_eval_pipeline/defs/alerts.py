@@ -18,7 +18,7 @@ from rag_eval_pipeline.lib.runs.failures import step_failure_lines
 from rag_eval_pipeline.lib.runs.gates import FAILED
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
 from rag_eval_pipeline.lib.store.sql import sql_query
-from rag_eval_pipeline.lib.store.warehouse import read_frame
+from rag_eval_pipeline.lib.store.warehouse import WarehouseUnavailable, read_frame
 
 WEBHOOK_VARIABLE = "RAG_EVAL_ALERT_WEBHOOK"
 
@@ -95,11 +95,17 @@ def alert_failed_run(
     and an alert posted to the webhook in ``RAG_EVAL_ALERT_WEBHOOK``, if one is set. The sensor
     does this for the runs the daemon sees; ``rag-eval nightly`` for the runs it executes in
     its own process, which the sensor leaves to it. Returns the webhook's HTTP status, or None
-    when no webhook is set."""
-    abandon_eval_run(run, message, warehouse_db)
+    when no webhook is set. A warehouse that cannot be read or written now (a session holds it
+    read-write) does not stop the alert: the alert says so."""
     checks = failed_checks(instance, run.run_id)
-    if not any(name.startswith("gate_") for name, _ in checks):
-        checks += recorded_gate_failures(run, warehouse_db)
+    try:
+        abandon_eval_run(run, message, warehouse_db)
+        if not any(name.startswith("gate_") for name, _ in checks):
+            checks += recorded_gate_failures(run, warehouse_db)
+    except WarehouseUnavailable as problem:
+        message = f"{message}; the warehouse could not be updated: {problem}"
+        if log is not None:
+            log.warning(f"run {run.run_id}: {problem}")
     alert = alert_for(
         dagster_run_id=run.run_id,
         job=run.job_name,

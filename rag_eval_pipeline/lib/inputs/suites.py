@@ -175,7 +175,11 @@ def load_suite(registry: Path | str, name: str) -> Suite:
         check_registry(registry)
         known = ", ".join(p.stem for p in suite_files(registry) if SUITE_NAME.match(p.stem))
         raise SuiteError(f"{path}: no suite named {name!r} (suites: {known or 'none'})")
-    return parse_suite(name, path.read_text(encoding="utf-8"), path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SuiteError(f"{path}: cannot be read: {error}") from None
+    return parse_suite(name, text, path)
 
 
 def check_registry(registry: Path | str) -> None:

@@ -175,6 +175,8 @@ def _parse(path: Path) -> tuple[int, list[Gate], dict]:
         raise GateFileError(f"{path}: gates file does not exist")
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GateFileError(f"{path}: gates file cannot be read: {exc}") from None
     except yaml.YAMLError as exc:
         raise GateFileError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(document, dict) or not isinstance(document.get("gates"), list):

@@ -16,6 +16,15 @@ A reader opens the published file read-only and sees the state before or after a
 part of one; a session held open keeps reading the state it opened, and sees new runs when it
 reconnects. A failed write leaves the published file as it was.
 
+A session that opens the published file read-write is the one thing this cannot live with:
+DuckDB then lets no other process open the file, and what that session writes goes to a
+write-ahead log beside the file (``<file>.wal``) that would not match the file a writer renames
+into place, so no reader could open the warehouse afterwards. A writer therefore refuses to
+publish while such a session holds the file (``WarehouseUnavailable``, naming the process and
+what to do), checked before it copies and again just before it renames; the log of a session
+that died before checkpointing is copied with the file, its changes published with the write,
+and removed. A reader that finds the file held says the same instead of DuckDB's bare lock error.
+
 Writes replace the rows of one scope (an ``eval_run_id`` or a digest), so re-running a partition
 replaces that run's rows and nothing else.
 """
@@ -32,6 +41,7 @@ import duckdb
 import polars as pl
 from filelock import FileLock
 
+from rag_eval_pipeline.lib.errors import RagEvalError
 from rag_eval_pipeline.lib.store.sql import ArrowStream, query_frame, sql_query, sql_statements
 from rag_eval_pipeline.lib.store.tables import SCOPE_COLUMNS, TABLES, VIEWS, conform
 
@@ -57,6 +67,42 @@ def location_problem(path: Path) -> str | None:
         if parent.exists():
             return None if parent.is_dir() else f"{parent} is a file, not a folder"
     return None
+
+
+# DuckDB's words for a file another process holds read-write.
+_LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<program>.*?) \(PID (?P<pid>\d+)\)")
+
+
+class WarehouseUnavailable(RagEvalError):
+    """The published warehouse cannot be opened or published over as it is now: a session holds
+    it read-write, or a write-ahead log beside it holds changes it does not have (the module
+    docstring). A step it fails exits 1, as a failure of the store; a command that only reads,
+    2."""
+
+
+def _read_write_advice(path: Path) -> str:
+    return (
+        f"close that session, or open the warehouse read-only (duckdb -readonly {path}, or "
+        "duckdb.connect(path, read_only=True))"
+    )
+
+
+def unavailable(path: Path, error: Exception) -> WarehouseUnavailable:
+    """``WarehouseUnavailable`` for DuckDB's ``error`` opening ``path``: the process holding it,
+    or the log that does not match it, and what to do."""
+    text = " ".join(str(error).split())
+    if held := _LOCK_HOLDER.search(text):
+        return WarehouseUnavailable(
+            f"{path}: held open read-write by PID {held['pid']} ({held['program']}), and DuckDB "
+            f"lets no other process open it meanwhile: {_read_write_advice(path)}"
+        )
+    if "WAL" in text:
+        return WarehouseUnavailable(
+            f"{path}.wal: a write-ahead log that does not match the warehouse file (a read-write "
+            "session wrote to a file since replaced): its changes are not in the warehouse; move "
+            f"it aside to read the warehouse again (DuckDB: {text})"
+        )
+    return WarehouseUnavailable(f"{path}: cannot be opened: {text}")
 
 
 def _config(path: Path) -> dict:
@@ -103,7 +149,10 @@ class Warehouse:
         if not self.exists():
             with self.writing():
                 pass
-        connection = duckdb.connect(str(self.path), read_only=True, config=_config(self.path))
+        try:
+            connection = duckdb.connect(str(self.path), read_only=True, config=_config(self.path))
+        except duckdb.IOException as error:
+            raise unavailable(self.path, error) from None
         try:
             yield connection
         finally:
@@ -117,6 +166,33 @@ class Warehouse:
         for leftover in self.path.parent.glob(f".{self.path.name}.*"):
             if pattern.fullmatch(leftover.name):
                 leftover.unlink(missing_ok=True)
+
+    @property
+    def log_path(self) -> Path:
+        """The write-ahead log a read-write session of the published file leaves beside it."""
+        return self.path.with_name(self.path.name + ".wal")
+
+    def refuse_other_writer(self) -> None:
+        """Raise ``WarehouseUnavailable`` when a read-write session holds the warehouse (a
+        read-only probe cannot take its lock): publishing over it would lose what the session
+        writes, and its log would not match the file published."""
+        if not self.exists():
+            return
+        try:
+            duckdb.connect(str(self.path), read_only=True, config=_config(self.path)).close()
+        except duckdb.IOException as error:
+            raise WarehouseUnavailable(
+                f"{unavailable(self.path, error)}; nothing was published (the run's rows stay in "
+                "the run store: run the night again once the session is closed)"
+            ) from None
+
+    def _log_state(self) -> tuple[int, int] | None:
+        """Size and modification time of the log beside the warehouse; None when there is none."""
+        try:
+            status = os.stat(self.log_path)
+        except FileNotFoundError:
+            return None
+        return status.st_size, status.st_mtime_ns
 
     @contextmanager
     def writing(
@@ -134,10 +210,16 @@ class Warehouse:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S):
             self._remove_abandoned_copies()
+            self.refuse_other_writer()
             working = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+            # A log a read-write session left (killed before it checkpointed) holds changes the
+            # file has not: copied with it, DuckDB replays it into the copy, which is published.
+            log = self._log_state()
             try:
                 if self.exists():
                     shutil.copyfile(self.path, working)
+                    if log is not None:
+                        shutil.copyfile(self.log_path, working.with_name(working.name + ".wal"))
                 connection = duckdb.connect(str(working), config=_config(self.path))
                 try:
                     upgrade(connection)
@@ -149,6 +231,15 @@ class Warehouse:
                     os.fsync(handle.fileno())
                 if before_publish is not None:
                     before_publish()
+                self.refuse_other_writer()  # a session may have opened it since the copy
+                if self._log_state() != log:
+                    raise WarehouseUnavailable(
+                        f"{self.log_path}: written by a read-write session while this write "
+                        "was copying the warehouse; nothing was published: run it again"
+                    )
+                # The log's changes are in the copy: removed first, so that a reader meanwhile
+                # opens the file as it was, never the new file with the old file's log.
+                self.log_path.unlink(missing_ok=True)
                 os.replace(working, self.path)
                 if after_publish is not None:
                     after_publish()
