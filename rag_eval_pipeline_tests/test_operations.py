@@ -954,6 +954,26 @@ def test_a_failure_counts_as_bad_input_only_when_this_package_raised_an_input_er
     assert not failed_on_input([failure])
 
 
+def test_a_night_killed_before_its_first_step_is_failed_by_the_sweep(tmp_path, monkeypatch):
+    """``rag-eval nightly`` killed after creating its Dagster run and before the run started
+    leaves it NOT_STARTED: the next night's sweep fails it too, naming the gone process, so it
+    never waits for a start that will not come (nor for the run monitor's start timeout)."""
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG, fail_abandoned_runs
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(gone.pid)}
+    instance = dg.DagsterInstance.ephemeral()
+    run = instance.create_run_for_job(
+        one_step_job, tags=tags, status=dg.DagsterRunStatus.NOT_STARTED
+    )
+    monkeypatch.delenv("RAG_EVAL_ALERT_WEBHOOK", raising=False)
+    warehouse = WarehouseResource(path=str(tmp_path / "w.duckdb"))
+    assert fail_abandoned_runs(instance, warehouse) == [run.run_id]
+    failed = instance.get_run_by_id(run.run_id)
+    assert failed.status == dg.DagsterRunStatus.FAILURE
+
+
 def test_a_re_execution_of_a_rag_eval_night_is_not_that_processs_run(tmp_path, monkeypatch):
     """The UI re-executes a night ``rag-eval nightly`` ran (docs/AUDITORS.md §4) with its
     parent's tags, that process's host and pid among them, but the webserver or the daemon

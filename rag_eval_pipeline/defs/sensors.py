@@ -258,7 +258,9 @@ def fail_abandoned_runs(
 
     host = socket.gethostname()
     failed = []
-    active = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING])
+    # NOT_STARTED too: a process killed before its run's first step leaves it so.
+    statuses = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING]
+    active = dg.RunsFilter(statuses=[*statuses, dg.DagsterRunStatus.STARTED])
     for run in instance.get_runs(filters=active, limit=500):
         pid = run.tags.get(PID_TAG)
         if (
