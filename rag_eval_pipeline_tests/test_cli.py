@@ -874,6 +874,62 @@ def test_the_summary_names_failed_attempts_the_warehouse_cannot_show(
         assert rag_eval("summary", env=env).stderr == ""
 
 
+def test_the_summary_names_a_killed_night_not_yet_swept(library, tmp_path):
+    """``rag-eval nightly`` killed mid-run leaves its Dagster run marked started until the next
+    night or the daemon's sweep fails it: meanwhile the summary of the latest completed run
+    names it (its process is gone), and says nothing of a night whose process is alive."""
+    import socket
+
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG
+    from rag_eval_pipeline.testing import materialize_suite
+
+    from .conftest import SUITE, fixture_assets, fixture_resources
+
+    @dg.op
+    def step() -> None:
+        return None
+
+    @dg.job
+    def night_job() -> None:
+        step()
+
+    home, warehouse = tmp_path / "home", tmp_path / "w.duckdb"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("")
+    env = {"RAG_EVAL_WAREHOUSE": str(warehouse), "DAGSTER_HOME": str(home)}
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        assert materialize_suite(
+            "2026-10-15",
+            SUITE,
+            fixture_resources(library, warehouse),
+            assets=fixture_assets(),
+            instance=instance,
+        ).success
+        runs = {}
+        for night, pid in (("2026-10-16", gone.pid), ("2026-10-17", os.getpid())):
+            tags = {
+                "dagster/partition/night": night,
+                "dagster/partition/suite": SUITE,
+                HOST_TAG: socket.gethostname(),
+                PID_TAG: str(pid),
+            }
+            runs[night] = instance.create_run_for_job(
+                night_job, tags=tags, status=dg.DagsterRunStatus.STARTED
+            ).run_id
+    latest = rag_eval("summary", env=env)
+    assert latest.returncode == 0, latest.stderr
+    assert latest.stderr.splitlines() == [
+        f"warning: night 2026-10-16 of suite {SUITE} (Dagster run {runs['2026-10-16']}, after "
+        f"this run completed) did not finish: the process that ran it (pid {gone.pid} on "
+        f"{socket.gethostname()}) is gone; still marked started until it is swept"
+    ]
+
+
 def test_the_summary_says_when_a_complete_run_has_no_report(library, tmp_path):
     """A night killed between its publish and its report is complete in the warehouse without
     the file: the summary said where the report is, as if it were there."""
@@ -941,8 +997,8 @@ def test_rag_eval_rebaseline_prints_the_offsets_it_stored(library, tmp_path):
         ]
     assert drifted
     assert (
-        f"  note: {len(drifted)} golden item(s) have an answering passage that is not current on "
-        f"the new snapshot ({', '.join(drifted[:5])}"
+        f"  note: {len(drifted)} golden item(s) have an answering passage that is not current, "
+        f"or changed, on the new snapshot ({', '.join(drifted[:5])}"
     ) in done.stdout
 
 

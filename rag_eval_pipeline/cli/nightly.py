@@ -652,8 +652,8 @@ def format_offsets(rebaseline_run_id: str, connection) -> str:
     if drifted:
         named = named_few(drifted)
         lines.append(
-            f"  note: {len(drifted)} golden item(s) have an answering passage that is not current "
-            f"on the new snapshot ({named}; table golden_drift): part of these offsets is their "
+            f"  note: {len(drifted)} golden item(s) have an answering passage that is not current, "
+            f"or changed, on the new snapshot ({named}; table golden_drift): part of these offsets is their "
             "stale labels, not the library. Re-label them, then re-baseline again for the "
             "golden-set change."
         )

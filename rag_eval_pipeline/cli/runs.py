@@ -95,7 +95,9 @@ def failed_attempts(
     evaluation run that failed (the figures shown are an earlier attempt's); otherwise a failed
     night of the suite (any suite without ``suite``) that no run completed since, including one
     that failed before it had an evaluation run at all (a system that could not be asked for
-    its version). A run that completed its evaluation and then failed a gate is not one. Read
+    its version). A run that completed its evaluation and then failed a gate is not one. So is
+    a run still marked started (or not started) whose ``rag-eval`` process on this machine is
+    gone: killed, and not yet failed by the next night or the ``abandoned_runs`` sensor. Read
     from the project's Dagster instance; none when there is none."""
     from rag_eval_pipeline.lib.paths import project_root
 
@@ -106,21 +108,35 @@ def failed_attempts(
 
     import dagster as dg
 
+    from rag_eval_pipeline.defs.sensors import abandoned_by_its_process
     from rag_eval_pipeline.lib.runs.failures import step_failure_lines
     from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
 
     os.environ["DAGSTER_HOME"] = home
+    # Runs that look unfinished: one whose process is gone was killed.
+    unfinished = (
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    )
     completed = shown["completed_at"].replace(tzinfo=dt.UTC)
     found, more = [], 0
     with dg.DagsterInstance.get() as instance:
         records = instance.get_run_records(
             dg.RunsFilter(
-                statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
+                statuses=[
+                    dg.DagsterRunStatus.FAILURE,
+                    dg.DagsterRunStatus.CANCELED,
+                    *unfinished,
+                ],
                 created_after=completed,
             )
         )
         for record in sorted(records, key=lambda record: record.create_timestamp, reverse=True):
             run = record.dagster_run
+            gone = abandoned_by_its_process(run)
+            if run.status in unfinished and gone is None:
+                continue  # still running (or another machine's: its own sweep fails it)
             night = run.tags.get("dagster/partition/night")
             of_suite = run.tags.get("dagster/partition/suite")
             eval_run = run.tags.get(EVAL_RUN_TAG)
@@ -147,6 +163,8 @@ def failed_attempts(
                 continue
             events = [entry.dagster_event for entry in instance.all_logs(run.run_id)]
             why = "; ".join(step_failure_lines(event for event in events if event)) or "failed"
+            if run.status in unfinished:
+                why = f"{gone}; still marked {run.status.value.lower()} until it is swept"
             what = (
                 "a later attempt of this evaluation run"
                 if asked is not None

@@ -247,6 +247,16 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def abandoned_by_its_process(run: dg.DagsterRun) -> str | None:
+    """Why ``run`` is abandoned (``the process that ran it (pid … on …) is gone``) when the
+    ``rag-eval`` process of this machine that executed it no longer exists; None otherwise
+    (another machine's run, a run the daemon or the webserver launched, a process alive)."""
+    pid, host = run.tags.get(PID_TAG), socket.gethostname()
+    if not executed_by_rag_eval(run) or run.tags.get(HOST_TAG) != host or process_alive(int(pid)):
+        return None
+    return f"the process that ran it (pid {pid} on {host}) is gone"
+
+
 def fail_abandoned_runs(
     instance: dg.DagsterInstance, warehouse: WarehouseResource, log=None
 ) -> list[str]:
@@ -256,20 +266,14 @@ def fail_abandoned_runs(
     executed in its process, which the run-status sensor does not see."""
     from rag_eval_pipeline.defs.alerts import alert_failed_run
 
-    host = socket.gethostname()
     failed = []
     # NOT_STARTED too: a process killed before its run's first step leaves it so.
     statuses = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING]
     active = dg.RunsFilter(statuses=[*statuses, dg.DagsterRunStatus.STARTED])
     for run in instance.get_runs(filters=active, limit=500):
-        pid = run.tags.get(PID_TAG)
-        if (
-            not executed_by_rag_eval(run)
-            or run.tags.get(HOST_TAG) != host
-            or process_alive(int(pid))
-        ):
+        reason = abandoned_by_its_process(run)
+        if reason is None:
             continue
-        reason = f"the process that ran it (pid {pid} on {host}) is gone"
         instance.report_run_failed(run, message=reason)
         try:
             alert_failed_run(instance, run, reason, warehouse)
