@@ -365,7 +365,7 @@ def test_the_recommended_threshold_says_what_it_cannot_be_trusted_for():
     assert (
         "(at most 0 of 19)"
         in sweep_lines(
-            {**row, "unanswerable_answered": 1, "unanswerable_items": 19, "answerable_items": 5}
+            {**row, "unanswerable_answered": 1, "unanswerable_items": 19, "answerable_items": 50}
         )[1]
     )
     none = sweep_lines(
@@ -414,6 +414,62 @@ def test_an_unknown_run_has_no_report(warehouse_path):
         pytest.raises(KeyError, match="no-such-run"),
     ):
         report.load_report_data(connection, "no-such-run")
+
+
+def _recommended_row(answerable: list[bool], best: list, refused: list[bool]) -> dict:
+    """The ``recommended_threshold`` row of a run whose items are these, as the summary reads it
+    back from the warehouse."""
+    from rag_eval_pipeline.lib.metrics.generation import abstention_sweep, sweep_thresholds
+    from rag_eval_pipeline.lib.store.sql import sql_query
+
+    frame = pl.DataFrame(
+        {"answerable": answerable, "best_score": best, "refused_otherwise": refused},
+        schema={
+            "answerable": pl.Boolean,
+            "best_score": pl.Float64,
+            "refused_otherwise": pl.Boolean,
+        },
+    )
+    sweep, _ = abstention_sweep(frame, sweep_thresholds(best))
+    items = pl.DataFrame(
+        {"item_id": [str(i) for i in range(len(answerable))], "answerable": answerable}
+    )
+    with duckdb.connect() as connection:
+        connection.register("sweep_rows", sweep.with_columns(eval_run_id=pl.lit("r")))
+        connection.register("item_rows", items.with_columns(eval_run_id=pl.lit("r")))
+        connection.execute("CREATE TABLE abstention_sweep AS SELECT * FROM sweep_rows")
+        connection.execute("CREATE TABLE generation_item_metrics AS SELECT * FROM item_rows")
+        query = sql_query("summary", "recommended_threshold")
+        [row] = connection.sql(query, params={"run": "r"}).pl().to_dicts()
+    return row
+
+
+def test_a_threshold_refusing_every_answerable_item_is_not_recommended():
+    from rag_eval_pipeline.lib.reporting.summary import sweep_lines
+
+    answerable = [True] * 12 + [False] * 5
+    # An assistant that refuses everything: no threshold answers anything, nothing to sweep.
+    refuses = _recommended_row(answerable, [1.0] * 17, [True] * 17)
+    assert (refuses["threshold"], refuses["answerable_refused"]) == (0.0, 12)
+    assert sweep_lines(refuses) == [
+        "Abstention sweep: recommended evidence threshold: not measured (every threshold refuses "
+        "all 12 answerable items: the system refused them on its own or gave them no evidence "
+        "score, so there is nothing to sweep)"
+    ]
+    # One that always answers with one passage of the same score: only the threshold above it
+    # keeps the 5 unanswerable items unanswered (5% of 5 allows none), and it refuses all 12.
+    answers = _recommended_row(answerable, [1.0] * 17, [False] * 17)
+    assert (answers["threshold"], answers["answerable_refused"]) == (1.001, 12)
+    assert sweep_lines(answers) == [
+        "Abstention sweep: recommended evidence threshold: none: every threshold that keeps "
+        "unanswerable items answered at most 0 of 5 (5%) refuses all 12 answerable items"
+    ]
+    # A threshold that answers some answerable items is still recommended, with its caveats.
+    separates = _recommended_row(answerable, [2.0] * 12 + [1.0] * 5, [False] * 17)
+    assert sweep_lines(separates)[0] == (
+        "Abstention sweep: recommended evidence threshold 2.000 "
+        "(0 of 5 unanswerable answered, 0 of 12 answerable refused)"
+    )
 
 
 PARTIAL_SWEEP_SCHEMA = {"threshold": pl.Float64, "unanswerable_answered": pl.Int64}

@@ -17,6 +17,7 @@ from rag_eval_pipeline.lib.runs.gates import (
     NOT_CALIBRATED,
     PASSED,
     GateFileError,
+    check_cutoffs,
     evaluate_gates,
     load_gates,
     metric_problem,
@@ -285,6 +286,61 @@ def test_nightly_refuses_a_bad_gates_file_before_any_step(tmp_path):
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr == (
         f"error: {gates}: gate 1 (success_at_5): 'threshold' must be a number, got 'high'\n"
+    )
+    assert not warehouse.parent.exists()
+
+
+@pytest.mark.parametrize(
+    ("metric", "cutoffs", "refused"),
+    [
+        ("Success@20", (1, 3, 5, 10), True),
+        ("Stale@50", (1, 3, 5, 10), True),
+        ("Success@20", (1, 5, 20), False),
+        ("nDCG@10", (1, 3, 5, 10), False),
+        ("AP", (1, 3, 5, 10), False),
+    ],
+)
+def test_a_gate_at_a_cut_off_the_run_does_not_compute_is_refused(
+    tmp_path, metric, cutoffs, refused
+):
+    # Read alone the file is valid (some run computes Success@20); with the run's cut-offs it
+    # is not, as its gate would be "not assessed" on every night.
+    gates = read_gates(gates_file(tmp_path, metric=metric))
+    if not refused:
+        check_cutoffs(gates, cutoffs)
+        return
+    with pytest.raises(GateFileError) as raised:
+        check_cutoffs(gates, cutoffs)
+    computed = ", ".join(map(str, cutoffs))
+    assert str(raised.value) == (
+        f"{gates.path}: gate 1 (success_at_5): {metric} is not computed by this run "
+        f"(cut-offs {computed})"
+    )
+
+
+def test_nightly_refuses_a_gate_at_a_cut_off_it_does_not_compute(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    warehouse = tmp_path / "w" / "w.duckdb"
+    gates = gates_file(tmp_path, metric="Success@50")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "RAG_EVAL_WAREHOUSE": str(warehouse),
+        "RAG_EVAL_GATES": str(gates),
+    }
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "rag-eval"), "nightly", "--partition", "2026-10-15"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr == (
+        f"error: {gates}: gate 1 (success_at_5): Success@50 is not computed by this run "
+        "(cut-offs 1, 3, 5, 10)\n"
     )
     assert not warehouse.parent.exists()
 

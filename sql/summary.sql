@@ -14,10 +14,13 @@ WHERE eval_run_id = $run ORDER BY context_sufficient DESC, answer_correct DESC
 
 -- name: recommended_threshold
 -- The recommended threshold with the items it was chosen on: the run's own, so its counts are
--- in-sample (lib/reporting/summary.py sweep_lines says so).
+-- in-sample (lib/reporting/summary.py sweep_lines says so), and the fewest answerable items any
+-- threshold of the run's sweep refuses (all of them: nothing to sweep).
 SELECT s.threshold, s.unanswerable_answered, s.answerable_refused,
        count(g.item_id) FILTER (WHERE NOT g.answerable) AS unanswerable_items,
-       count(g.item_id) FILTER (WHERE g.answerable) AS answerable_items
+       count(g.item_id) FILTER (WHERE g.answerable) AS answerable_items,
+       (SELECT min(a.answerable_refused) FROM abstention_sweep a WHERE a.eval_run_id = $run)
+           AS fewest_answerable_refused
 FROM abstention_sweep s
 LEFT JOIN generation_item_metrics g ON g.eval_run_id = s.eval_run_id
 WHERE s.eval_run_id = $run AND s.recommended

@@ -34,6 +34,7 @@ from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_REASON_TAG,
     REBASELINE_TAG,
     REQUESTED_BY_TAG,
+    RunSettings,
 )
 
 
@@ -89,9 +90,10 @@ def with_deployment_system(run_config: dict, deployment) -> dict:
     return {**run_config, "resources": {**resources, "system": {**block, "config": filled}}}
 
 
-def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
+def preflight(run_config: dict, suite_name: str, source: str | None) -> RunSettings:
     """Refuse settings that would silently change figures, a file the suite names that is not
-    there, and a replayed trace file that is not there, before anything runs."""
+    there, and a replayed trace file that is not there, before anything runs; the checked run
+    settings."""
     from rag_eval_pipeline.defs.resources import EvalSettings, SuiteRegistryResource
 
     deployment = project.deployment()
@@ -112,7 +114,7 @@ def preflight(run_config: dict, suite_name: str, source: str | None) -> None:
             "write them in suites/<name>.yaml and run with --suite <name> (see README)"
         )
     try:
-        EvalSettings(**settings).run_settings(suite)
+        return EvalSettings(**settings).run_settings(suite)
     except ConfigError as error:
         raise ConfigError(f"{source or 'run configuration'}: {error}") from None
     except Exception as error:  # pydantic: a wrong type or an unknown field
@@ -474,6 +476,7 @@ def command_nightly(args: argparse.Namespace) -> int:
     )
     from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
     from rag_eval_pipeline.lib.runs.comparisons import comparison_rows
+    from rag_eval_pipeline.lib.runs.gates import check_cutoffs, read_gates
     from rag_eval_pipeline.lib.runs.guard import NOT_COMPARABLE, REBASELINE, guard_decision
 
     # The console shows warnings and errors; every event stays in the Dagster instance and UI.
@@ -484,7 +487,9 @@ def command_nightly(args: argparse.Namespace) -> int:
     suite = check_suite_name(args.suite, "--suite")
     deployment = project.deployment()
     run_config = with_deployment_system(read_run_config(args.config), deployment)
-    preflight(run_config, suite, args.config)
+    settings = preflight(run_config, suite, args.config)
+    # A gate at a cut-off these settings do not compute would never be enforced.
+    check_cutoffs(read_gates(deployment.gates_file), settings.cutoffs)
     night = args.partition or dt.datetime.now(ZoneInfo(deployment.timezone)).date().isoformat()
     check_night(night, deployment.timezone, first_night=deployment.first_night)
     project.warehouse()  # a warehouse location that cannot be one, refused before any step

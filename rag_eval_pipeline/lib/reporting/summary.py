@@ -522,7 +522,8 @@ def sweep_lines(threshold: Mapping) -> list[str]:
     counts are in-sample (the Wilson upper bound of its unanswerable-answered share says how
     far they may be off); it may not have met the cap at all; without no-answer items nothing
     bounds what it lets through. A row without the item counts (a warehouse written before they
-    were kept) gives the first line alone."""
+    were kept) gives the first line alone. A threshold that refuses every answerable item is no
+    recommendation, and the line says why instead (``degenerate_sweep_line``)."""
     # Imported here: the summary module serves commands that never print a sweep.
     from rag_eval_pipeline.lib.metrics.generation import (
         MAX_UNANSWERABLE_ANSWERED_RATE,
@@ -540,6 +541,9 @@ def sweep_lines(threshold: Mapping) -> list[str]:
             f"Abstention sweep: recommended evidence threshold {threshold['threshold']:.3f} "
             f"({answered} unanswerable answered, {refused} answerable refused)"
         ]
+    degenerate = degenerate_sweep_line(threshold)
+    if degenerate:
+        return [degenerate]
     lines = [
         f"Abstention sweep: recommended evidence threshold {threshold['threshold']:.3f} "
         f"({answered} of {unanswerable} unanswerable answered, "
@@ -567,3 +571,51 @@ def sweep_lines(threshold: Mapping) -> list[str]:
         "chosen on before setting it"
     )
     return lines
+
+
+def degenerate_sweep_line(threshold: Mapping) -> str | None:
+    """The sweep's line when its recommendation refuses every answerable item, which is no
+    setting at all; ``None`` otherwise (or without the item counts).
+
+    The sweep picks, among the thresholds within the cap on unanswerable items answered, the one
+    refusing the fewest answerable items, so a pick refusing all of them means that no threshold
+    separates the two: "not measured" when every threshold refuses every answerable item
+    (``fewest_answerable_refused``; without it, a golden set without no-answer items, where every
+    threshold is within the cap), as when the system refuses on its own and there is nothing to
+    sweep; else "none", with the cap that every threshold keeping to it pays for so (or, when none
+    kept to it, that the one answering the fewest does).
+    """
+    from rag_eval_pipeline.lib.metrics.generation import (
+        MAX_UNANSWERABLE_ANSWERED_RATE,
+        allowed_unanswerable_answered,
+    )
+
+    unanswerable, answerable = (
+        threshold.get("unanswerable_items"),
+        threshold.get("answerable_items"),
+    )
+    refused = threshold["answerable_refused"]
+    if unanswerable is None or not answerable or refused < answerable:
+        return None
+    head = "Abstention sweep: recommended evidence threshold: "
+    fewest = threshold.get("fewest_answerable_refused")
+    if fewest is None and not unanswerable:
+        fewest = refused
+    if fewest is not None and fewest >= answerable:
+        return head + (
+            f"not measured (every threshold refuses all {answerable} answerable items: the "
+            "system refused them on its own or gave them no evidence score, so there is nothing "
+            "to sweep)"
+        )
+    cap = MAX_UNANSWERABLE_ANSWERED_RATE
+    allowed = allowed_unanswerable_answered(unanswerable, cap)
+    within = f"at most {allowed} of {unanswerable} ({cap:.0%})"
+    if threshold["unanswerable_answered"] > allowed:
+        return head + (
+            f"none: no threshold keeps unanswerable items answered {within}, and the one "
+            f"answering the fewest refuses all {answerable} answerable items"
+        )
+    return head + (
+        f"none: every threshold that keeps unanswerable items answered {within} refuses all "
+        f"{answerable} answerable items"
+    )

@@ -18,7 +18,9 @@ The file is checked when it is read, before any step runs: each field of its typ
 and ``alpha`` numbers, never a bool; ``needs_calibrated_judge`` true or false), and each gate's
 scope, scope value and metric one that some run's table holds (``CATALOGUE``), so a misspelt
 metric is refused rather than never enforced. Strata and languages are a golden set's own, so a
-``stratum`` or ``language`` scope value is not checked.
+``stratum`` or ``language`` scope value is not checked. A retrieval measure at a cut-off is
+checked against the run's own ``cutoffs`` before the night starts (``check_cutoffs``): a cut-off
+the run does not compute would leave the gate "not assessed" every night.
 """
 
 import re
@@ -251,6 +253,30 @@ def metric_problem(table: str, scope: str, scope_value: str, metric: str) -> str
             f"(metrics: {known.known})"
         )
     return None
+
+
+def cutoff_problem(gate: Gate, cutoffs: Iterable[int]) -> str | None:
+    """Why a run at ``cutoffs`` can never hold the gate's row: a ``retrieval_metrics`` measure
+    at a cut-off the run does not compute; ``None`` for a measure without a cut-off, a cut-off
+    the run computes, another table's metric or the regression gate."""
+    if gate.name == REGRESSION_GATE or gate.table != "retrieval_metrics":
+        return None
+    match = retrieval.MEASURE_NAME.match(gate.metric)
+    ks = sorted(set(cutoffs))
+    if match is None or match["k"] is None or int(match["k"]) in ks:
+        return None
+    computed = ", ".join(str(k) for k in ks)
+    return f"{gate.metric} is not computed by this run (cut-offs {computed})"
+
+
+def check_cutoffs(gates: GateSet, cutoffs: Iterable[int]) -> None:
+    """Refuse, before the night starts, a gate on a retrieval measure at a cut-off the run's
+    settings do not compute (``cutoff_problem``), naming the file, the gate and the cut-offs."""
+    cutoffs = tuple(cutoffs)
+    for index, gate in enumerate(gates.gates, start=1):
+        problem = cutoff_problem(gate, cutoffs)
+        if problem:
+            raise GateFileError(f"{gates.path}: gate {index} ({gate.name}): {problem}")
 
 
 def describe(gate: Gate) -> str:
