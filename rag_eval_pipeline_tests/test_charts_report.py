@@ -636,3 +636,94 @@ def test_the_summary_of_a_run_that_did_not_finish_says_so_for_every_missing_figu
     assert "no items of this stratum" not in text and "no must_mention" not in text
     complete = format_summary({**headline, "status": "complete"})
     assert "out_of_scope:                not measured (no items of this stratum" in complete
+
+
+def test_the_json_headline_lists_every_figure_the_summary_shows(warehouse_path, runs, tmp_path):
+    """A figure the run could not compute is in the headline as data (``rag-eval summary
+    --json``) with no value and the reason the text gives; the measured ones keep their keys."""
+    from rag_eval_pipeline.lib.reporting.summary import format_summary, headline_from_tables
+
+    copy = tmp_path / "rag_eval.duckdb"
+    shutil.copy(warehouse_path, copy)
+    run_id = runs[TONIGHT]["eval_run_id"]
+    judged = ["faithfulness", "contradicted_claim_rate", "citation_support"]
+    with duckdb.connect(str(copy)) as connection:
+        connection.execute(
+            "DELETE FROM generation_metrics WHERE eval_run_id = $run "
+            "AND (list_contains($judged, metric) OR scope_value = 'near_miss')",
+            {"run": run_id, "judged": judged},
+        )
+        headline = json.loads(json.dumps(headline_from_tables(connection, run_id), default=str))
+    generation = {row["metric"]: row for row in headline["generation"]}
+    assert generation["faithfulness"]["value"] is None
+    assert generation["faithfulness"]["not_measured"] == "no judged claims"
+    assert generation["citation_support"]["not_measured"] == "no judged citations"
+    measured = generation["citation_validity"]
+    assert {"scope", "scope_value", "metric", "value", "ci_low", "ci_high", "n"} <= set(measured)
+    assert "not_measured" not in measured and measured["value"] is not None
+    assert {
+        "stratum": "near_miss",
+        "not_measured": "no items of this stratum in the golden set",
+    } in (headline["no_answer_not_measured"])
+    text = format_summary(headline)
+    for metric in judged:
+        row = generation[metric]
+        assert f"  {metric:<28} not measured ({row['not_measured']})" in text
+    assert "  near_miss:                   not measured (no items of this stratum" in text
+
+
+def test_each_n_says_what_it_counts(report_data, rendered):
+    """A claim rate's n counts claims, the other figures' items, in the summary and the page."""
+    from rag_eval_pipeline.lib.reporting.summary import format_summary
+
+    generation = {row["metric"]: row for row in report_data["headline"]["generation"]}
+    claims, items = generation["contradicted_claim_rate"]["n"], generation["faithfulness"]["n"]
+    text = format_summary(report_data["headline"])
+    assert re.search(rf"^  contradicted_claim_rate .*\(n={claims} claims\)$", text, re.MULTILINE)
+    assert re.search(rf"^  faithfulness .*\(n={items} items\)$", text, re.MULTILINE)
+    assert re.search(r"^  Success@5 .*\(n=\d+ items\)$", text, re.MULTILINE)
+    section = report.report_html(report_data, rendered).split("Generation (answerable items)")[1]
+    assert f"<td>{claims} claims</td>" in section and f"<td>{items} items</td>" in section
+
+
+def test_the_html_report_says_what_is_not_measured_left_out_and_drifted(report_data, rendered):
+    """Figures without a value and strata without items read "not measured" and why, the items
+    whose call failed are named, and the drifted golden items are listed, all escaped."""
+    generation = [
+        row
+        for row in report_data["generation"]
+        if not (row["scope_value"] == "answerable" and row["metric"] == "faithfulness")
+    ]
+    headline = {
+        **report_data["headline"],
+        "no_answer": [
+            row for row in report_data["headline"]["no_answer"] if row["scope_value"] != "near_miss"
+        ],
+        "system_error_items": [
+            {"item_id": "m03", "cause": "timeout"},
+            {"item_id": "m05", "cause": "timeout"},
+        ],
+        "golden_drift": {
+            "drifted": 4,
+            "first": [{"item_id": "pa-001", "drift_reason": "DOC<1>@v2#s2 is withdrawn"}],
+        },
+    }
+    page = report.report_html(
+        {**report_data, "generation": generation, "headline": headline}, rendered
+    )
+    generation_section = page.split("Generation (answerable items)")[1].split("<h2>")[0]
+    assert '<td>faithfulness</td><td class="wrap">not measured (no judged claims)</td>' in (
+        generation_section
+    )
+    no_answer = page.partition("<h2>No-answer questions (")[2].split("<h2>")[0]
+    assert "<td>near_miss</td><td>not measured (no items of this stratum in the golden set)" in (
+        no_answer
+    )
+    assert "left out of every figure above: m03 (timeout), m05 (timeout)" in page
+    drift = page.split("<h2>Golden drift</h2>")[1].split("<h2>")[0]
+    assert "4 item(s) whose answering passage is not current, or changed" in drift
+    assert "<td>pa-001</td>" in drift and "DOC&lt;1&gt;@v2#s2 is withdrawn" in drift
+    assert "and 3 more" in drift
+    assert "<h2>Golden drift</h2>" not in report.report_html(
+        {**report_data, "headline": {**headline, "golden_drift": None}}, rendered
+    )

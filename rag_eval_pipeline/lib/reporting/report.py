@@ -29,9 +29,13 @@ from rag_eval_pipeline.lib.reporting.summary import (
     HEADLINE_GENERATION,
     HEADLINE_RETRIEVAL,
     NO_ANSWER,
+    counted,
     gates_heading,
     headline_from_tables,
-    operations_lines,
+    in_order,
+    not_measured_text,
+    operations_block,
+    strata_not_measured,
     sweep_lines,
     system_version,
 )
@@ -226,9 +230,12 @@ def _figure_html(name: str, png: bytes) -> str:
     )
 
 
-def _metric_rows(rows: list[dict], key: str) -> list[list[object]]:
+def _metric_rows(rows: list[dict], key: str, finished: bool = True) -> list[list[object]]:
+    """A row per figure, its n with its unit; one without a value reads "not measured" and why."""
     return [
-        [row[key], row["value"], _interval(row), row["n"], row.get("interval_method")]
+        [row[key], row["value"], _interval(row), counted(row, row[key]), row.get("interval_method")]
+        if row.get("value") is not None
+        else [row[key], not_measured_text(row, key, finished), "", "", ""]
         for row in rows
     ]
 
@@ -278,7 +285,15 @@ def _retrieval_html(data: Mapping) -> str:
     header = ["measure", "value", "95% interval", "n", "interval"]
     parts = [
         "<h2>Retrieval (answerable items, relevant = grade &ge; 2)</h2>",
-        _table(header, _metric_rows(_ordered(overall, "measure", HEADLINE_RETRIEVAL), "measure")),
+        _table(
+            header,
+            _metric_rows(
+                in_order(overall, "measure", HEADLINE_RETRIEVAL, _finished(data)),
+                "measure",
+                _finished(data),
+            ),
+            wrap=(1,),
+        ),
     ]
     languages = sorted({r["scope_value"] for r in by_language})
     if languages:
@@ -302,15 +317,24 @@ def _retrieval_html(data: Mapping) -> str:
     return "".join(parts)
 
 
+def _finished(data: Mapping) -> bool:
+    return data["run"].get("status") in (None, "complete")
+
+
 def _generation_html(data: Mapping) -> str:
+    """The headline generation figures, each n with its unit (items or claims); a figure
+    without a value reads "not measured" and why, as in the summary."""
     answerable = [
         r
         for r in data["generation"]
         if r["scope"] == "overall" and r["scope_value"] == "answerable"
     ]
+    finished = _finished(data)
+    rows = in_order(answerable, "metric", HEADLINE_GENERATION, finished)
     return "<h2>Generation (answerable items)</h2>" + _table(
         ["metric", "value", "95% interval", "n", "interval"],
-        _metric_rows(_ordered(answerable, "metric", HEADLINE_GENERATION), "metric"),
+        _metric_rows(rows, "metric", finished),
+        wrap=(1,),
     )
 
 
@@ -326,9 +350,12 @@ def _no_answer_html(data: Mapping, png: bytes) -> str:
         for metric in NO_ANSWER:
             found = [r for r in rows if r["scope_value"] == stratum and r["metric"] == metric]
             cells += (
-                [found[0]["value"], _interval(found[0]), found[0]["n"]] if found else [None] * 3
+                [found[0]["value"], _interval(found[0]), counted(found[0])] if found else [None] * 3
             )
         body.append(cells)
+    for row in strata_not_measured(rows, _finished(data)):
+        missing = f"not measured ({row['not_measured']})"
+        body.append([row["stratum"], *([missing, "", ""] * len(NO_ANSWER))])
     header = ["stratum"]
     for metric in NO_ANSWER:
         header += [metric, "95% interval", "n"]
@@ -514,11 +541,36 @@ def _gates_html(data: Mapping) -> str:
 def _operations_html(data: Mapping) -> str:
     """The calls to the system under test (``generation_metrics``, scope ``operations``):
     system errors, requests and retries, latency, tokens and cost, as the summary gives them."""
-    lines = operations_lines(data["headline"].get("operations") or [])
+    lines = operations_block(data["headline"])
     if not lines:
         return ""
     cells = [[part.strip() for part in line.strip().split("  ", 1)] for line in lines]
     return "<h2>Calls to the system under test</h2>" + _table(None, cells)
+
+
+def _drift_html(data: Mapping) -> str:
+    """The golden items whose answering passage is not current, or changed, in the run's
+    snapshot (``golden_drift``), the first few with why, as the summary's identity block gives
+    them; nothing when none drifted."""
+    drift = data["headline"].get("golden_drift")
+    if not drift or not drift["drifted"]:
+        return ""
+    more = drift["drifted"] - len(drift["first"])
+    return (
+        "<h2>Golden drift</h2><p>"
+        + html.escape(
+            f"{drift['drifted']} item(s) whose answering passage is not current, or changed, in "
+            "this snapshot, scored like the rest: their figures may have moved with the corpus, "
+            "not the system; re-label them (golden_drift lists every one)."
+        )
+        + "</p>"
+        + _table(
+            ["item", "why"],
+            [[row["item_id"], row["drift_reason"]] for row in drift["first"]],
+            caption=f"the first {len(drift['first'])}" + (f", and {more} more" if more > 0 else ""),
+            wrap=(1,),
+        )
+    )
 
 
 def _comparison_html(data: Mapping) -> str:
@@ -574,6 +626,7 @@ def report_html(data: Mapping, rendered: Mapping[str, bytes] | None = None) -> s
             _status_html(run),
             "<h2>Identity and digests</h2>",
             _identity_table(run),
+            _drift_html(data),
             _retrieval_html(data),
             _generation_html(data),
             _no_answer_html(data, rendered["strata"]),

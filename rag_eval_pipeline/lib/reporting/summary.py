@@ -2,7 +2,9 @@
 
 A headline figure the run could not compute (no reference answers, so no correctness; no judged
 claims, so no faithfulness) is printed "not measured", never as a number, and a run that did not
-complete says so above its figures.
+complete says so above its figures. The headline as data holds the same figures: one not
+measured has ``value`` None and ``not_measured``, the reason the text gives. Each figure's ``n``
+counts its ``unit`` (items, or claims for the claim rates).
 """
 
 import json
@@ -45,7 +47,17 @@ WHY_NOT_MEASURED = {
     "citation_validity": "no answers",
     "answer_correct_rate": "no must_mention or reference answers",
     "token_f1": "no reference answers",
+    "confident_wrong_rate": "no answerable items",
+    "false_refusal_rate": "no answerable items",
+    **dict.fromkeys(HEADLINE_RETRIEVAL, "no answerable items with a relevant passage"),
 }
+NO_STRATUM_ITEMS = "no items of this stratum in the golden set"
+ITEM, CLAIM = "item", "claim"
+# The unit a figure's n counts (as ``judge_rate_estimates.unit``); every other figure's is items.
+UNITS = dict.fromkeys(
+    ("contradicted_claim_rate", "unsupported_claim_rate", "judge_error_rate", "citation_support"),
+    CLAIM,
+)
 
 
 def _rows(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict) -> list[dict]:
@@ -89,13 +101,23 @@ def headline_from_tables(
     scope = {"run": eval_run_id}
     retrieval = _rows(connection, "retrieval", {**scope, "names": list(HEADLINE_RETRIEVAL)})
     generation = _rows(connection, "generation", scope)
+    no_answer = [
+        {**r, "unit": unit_of(r["metric"])}
+        for r in generation
+        if r["metric"] in NO_ANSWER
+        and (
+            (r["scope"] == "stratum" and r["scope_value"] != "answerable")
+            or (r["scope"] == "overall" and r["scope_value"] == "no_answer")
+        )
+    ]
     sweep = _rows(connection, "recommended_threshold", scope)
     calibration = _rows(connection, "calibration", scope)
     # A warehouse written before runs kept their gates has no gate_results until its next
     # publish (read-only sessions do not upgrade it): then nothing is said of the gates.
     recorded = with_gates and _has_table(connection, "gate_results")
     gates = _rows(connection, "gates", scope) if recorded else None
-    order = {name: i for i, name in enumerate(HEADLINE_RETRIEVAL)}
+    # The headline a run is completed with (no gates yet) is of a finished run.
+    finished = not with_gates or identity["status"] == "complete"
     return {
         "eval_run_id": eval_run_id,
         "suite": identity["suite"],
@@ -115,23 +137,19 @@ def headline_from_tables(
         "measures_version": measures_of(identity),
         "report_path": identity["report_path"],
         **({"gates": gates} if recorded else {}),
-        "retrieval": sorted(retrieval, key=lambda r: order[r["measure"]]),
-        "generation": [
-            r
-            for r in generation
-            if r["scope"] == "overall"
-            and r["scope_value"] == "answerable"
-            and r["metric"] in HEADLINE_GENERATION
-        ],
-        "no_answer": [
-            r
-            for r in generation
-            if r["metric"] in NO_ANSWER
-            and (
-                (r["scope"] == "stratum" and r["scope_value"] != "answerable")
-                or (r["scope"] == "overall" and r["scope_value"] == "no_answer")
-            )
-        ],
+        "retrieval": in_order(retrieval, "measure", HEADLINE_RETRIEVAL, finished),
+        "generation": in_order(
+            [
+                {**r, "unit": unit_of(r["metric"])}
+                for r in generation
+                if r["scope"] == "overall" and r["scope_value"] == "answerable"
+            ],
+            "metric",
+            HEADLINE_GENERATION,
+            finished,
+        ),
+        "no_answer": no_answer,
+        "no_answer_not_measured": strata_not_measured(no_answer, finished),
         "operations": [r for r in generation if r["scope"] == "operations"],
         "system_error_items": _rows(connection, "system_error_items", scope)
         if _has_table(connection, "system_calls")
@@ -181,29 +199,102 @@ def drift_lines(drift: Mapping | None) -> list[str]:
 UNFINISHED = "the run did not finish"
 
 
+def unit_of(metric: str) -> str:
+    """What a figure's ``n`` counts: ``claim`` for the claim rates, ``item`` otherwise."""
+    return UNITS.get(metric, ITEM)
+
+
+def counted(row: Mapping, metric: str | None = None) -> str:
+    """A figure's ``n`` with its unit: ``12 claims``, ``1 item``."""
+    unit = row.get("unit") or unit_of(metric or row.get("metric") or "")
+    return f"{row['n']} {unit}{'' if row['n'] == 1 else 's'}"
+
+
 def _figure(row: dict, key: str, finished: bool = True) -> str:
-    """One figure with its interval and n; "not measured" with why when it has no value (for a
-    run that did not finish, that is the reason, whatever the golden set holds)."""
+    """One figure with its interval and n with its unit; "not measured" with why when it has no
+    value (``not_measured_reason``)."""
     value = row.get("value")
     if value is None:
-        shown = not_measured(row[key]) if finished else f"not measured ({UNFINISHED})"
-        return f"  {row[key]:<28} {shown}"
+        return f"  {row[key]:<28} {not_measured_text(row, key, finished)}"
     interval = ""
     if row.get("ci_low") is not None:
         interval = f"  95% CI {row['ci_low']:.3f} to {row['ci_high']:.3f}"
-    return f"  {row[key]:<28} {value:.4f}{interval}  (n={row['n']})"
+    return (
+        f"  {row[key]:<28} {value:.4f}{interval}  (n={counted(row, row.get('metric', row[key]))})"
+    )
+
+
+def not_measured_reason(name: str, finished: bool = True) -> str | None:
+    """Why the figure ``name`` has no value: for a run that did not finish, that it did not,
+    whatever the golden set holds; otherwise the reason known for ``name``, if any."""
+    return WHY_NOT_MEASURED.get(name) if finished else UNFINISHED
 
 
 def not_measured(name: str) -> str:
     """What a figure without a value reads: "not measured", with why when that is known."""
-    why = WHY_NOT_MEASURED.get(name)
+    return _not_measured_words(not_measured_reason(name))
+
+
+def _not_measured_words(why: str | None) -> str:
     return "not measured" + (f" ({why})" if why else "")
 
 
-def in_order(rows: list[dict], key: str, names: tuple[str, ...]) -> list[dict]:
-    """The rows of ``names`` in order, a row without a value standing in for each one missing."""
+def not_measured_text(row: Mapping, key: str, finished: bool = True) -> str:
+    """What a row without a value reads: its own ``not_measured`` reason when it has one (the
+    headline's), else the reason for its name (``not_measured_reason``)."""
+    why = row.get("not_measured") or not_measured_reason(row[key], finished)
+    return _not_measured_words(why)
+
+
+def in_order(
+    rows: list[dict], key: str, names: tuple[str, ...], finished: bool = True
+) -> list[dict]:
+    """The rows of ``names`` in order, a row without a value standing in for each one missing:
+    ``value`` None, ``n`` 0 and ``not_measured``, why (``not_measured_reason``)."""
     found = {row[key]: row for row in rows}
-    return [found.get(name, {key: name, "value": None}) for name in names]
+    return [
+        found.get(name)
+        or {
+            key: name,
+            "value": None,
+            "ci_low": None,
+            "ci_high": None,
+            "n": 0,
+            "not_measured": not_measured_reason(name, finished),
+        }
+        for name in names
+    ]
+
+
+def strata_not_measured(no_answer: list[dict], finished: bool = True) -> list[dict]:
+    """The no-answer strata without a figure among the ``no_answer`` rows, each with why: the
+    golden set has no item of it (or the run did not finish)."""
+    why = NO_STRATUM_ITEMS if finished else UNFINISHED
+    present = {row["scope_value"] for row in no_answer}
+    return [
+        {"stratum": stratum, "not_measured": why}
+        for stratum in NO_ANSWER_STRATA
+        if stratum not in present
+    ]
+
+
+def left_out_line(headline: Mapping) -> str | None:
+    """The items whose call to the system under test failed, left out of every figure (with
+    why); None when every call succeeded."""
+    failed = [
+        f"{row['item_id']} ({row['cause']})" for row in headline.get("system_error_items") or []
+    ]
+    return f"left out of every figure above: {named_few(failed)}" if failed else None
+
+
+def operations_block(headline: Mapping) -> list[str]:
+    """``operations_lines`` of the headline, the items left out of every figure named after the
+    system errors."""
+    operations = operations_lines(headline.get("operations") or [])
+    left_out = left_out_line(headline)
+    if left_out and operations:
+        operations.insert(1, f"    {left_out}")
+    return operations
 
 
 def operations_lines(rows: list[dict]) -> list[str]:
@@ -249,12 +340,7 @@ def format_summary(
             f"  INCOMPLETE: this run is {headline.get('status')}{reason}; its figures, if any, "
             "are not a finished night"
         )
-    operations = operations_lines(headline.get("operations") or [])
-    failed = [
-        f"{row['item_id']} ({row['cause']})" for row in headline.get("system_error_items") or []
-    ]
-    if failed and operations:
-        operations.insert(1, f"    left out of every figure above: {named_few(failed)}")
+    operations = operations_block(headline)
     if operations:
         operations = ["", "Operations (calls to the system under test):", *operations]
     lines += [
@@ -271,13 +357,13 @@ def format_summary(
         "Retrieval (answerable items, relevant = grade >= 2):",
         *(
             _figure(r, "measure", finished)
-            for r in in_order(headline["retrieval"], "measure", HEADLINE_RETRIEVAL)
+            for r in in_order(headline["retrieval"], "measure", HEADLINE_RETRIEVAL, finished)
         ),
         "",
         "Generation (answerable items):",
         *(
             _figure(r, "metric", finished)
-            for r in in_order(headline["generation"], "metric", HEADLINE_GENERATION)
+            for r in in_order(headline["generation"], "metric", HEADLINE_GENERATION, finished)
         ),
         "",
         "No-answer items (reported apart, never in the headline):",
@@ -286,11 +372,8 @@ def format_summary(
             for r in headline["no_answer"]
         ),
         *(
-            f"  {stratum + ':':<28} not measured ("
-            + ("no items of this stratum in the golden set" if finished else UNFINISHED)
-            + ")"
-            for stratum in NO_ANSWER_STRATA
-            if not any(r["scope_value"] == stratum for r in headline["no_answer"])
+            f"  {row['stratum'] + ':':<28} {_not_measured_words(row['not_measured'])}"
+            for row in strata_not_measured(headline["no_answer"], finished)
         ),
         *operations,
         "",

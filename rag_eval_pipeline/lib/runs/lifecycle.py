@@ -167,6 +167,17 @@ def _listed(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def _measured(headline: dict, key: str) -> list[dict]:
+    """The figures of ``key`` that have a value, as a headline before units and "not measured"
+    rows were kept holds them, in a stable order."""
+    rows = [
+        {name: value for name, value in row.items() if name not in ("unit", "not_measured")}
+        for row in headline.get(key) or []
+        if row.get("value") is not None
+    ]
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True, default=str))
+
+
 def replaced_figures(before: dict | None, headline: dict) -> str:
     """A warning when a run that had completed (``before``, its ``eval_runs`` row) completes
     again with other figures; empty when it had not, or its figures are the same. The run's
@@ -176,7 +187,7 @@ def replaced_figures(before: dict | None, headline: dict) -> str:
         return ""
     earlier = json.loads(before["headline"])
     now = json.loads(json.dumps(headline, sort_keys=True, default=str))
-    changed = [key for key in FIGURES if earlier.get(key) != now.get(key)]
+    changed = [key for key in FIGURES if _measured(earlier, key) != _measured(now, key)]
     if not changed:
         return ""
     kept = f"; its capture is still at {before['trace_file']}" if before.get("trace_file") else ""
