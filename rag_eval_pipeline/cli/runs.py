@@ -134,7 +134,7 @@ def failed_attempts(
         )
         for record in sorted(records, key=lambda record: record.create_timestamp, reverse=True):
             run = record.dagster_run
-            gone = abandoned_by_its_process(run)
+            gone = abandoned_by_its_process(run) if run.status in unfinished else None
             if run.status in unfinished and gone is None:
                 continue  # still running (or another machine's: its own sweep fails it)
             night = run.tags.get("dagster/partition/night")
