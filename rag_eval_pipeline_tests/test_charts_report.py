@@ -27,6 +27,7 @@ from rag_eval_pipeline.lib import files
 from rag_eval_pipeline.lib.inputs.golden import NO_ANSWER_STRATA
 from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
 from rag_eval_pipeline.lib.reporting import charts, report
+from rag_eval_pipeline.lib.reporting.summary import recommended_value
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RAG_EVAL = Path(sys.executable).parent / "rag-eval"
@@ -470,6 +471,70 @@ def test_a_threshold_refusing_every_answerable_item_is_not_recommended():
         "Abstention sweep: recommended evidence threshold 2.000 "
         "(0 of 5 unanswerable answered, 0 of 12 answerable refused)"
     )
+
+
+@pytest.mark.parametrize("every_threshold", [False, True], ids=["pick-only", "every-threshold"])
+def test_a_pick_refusing_every_answerable_item_is_marked_nowhere_in_the_report(
+    warehouse_path, runs, tmp_path, every_threshold
+):
+    """The report's chart, table and sentence and the UI's metadata value give no threshold
+    when the rule's pick refuses every answerable item; the sentence says why ("none", or "not
+    measured" when every threshold refuses them all)."""
+    copy = tmp_path / "rag_eval.duckdb"
+    shutil.copy(warehouse_path, copy)
+    run_id = runs[TONIGHT]["eval_run_id"]
+    with duckdb.connect(str(copy)) as connection:
+        [(answerable,)] = connection.execute(
+            "SELECT count(*) FILTER (WHERE answerable) FROM generation_item_metrics "
+            "WHERE eval_run_id = $run",
+            {"run": run_id},
+        ).fetchall()
+        connection.execute(
+            "UPDATE abstention_sweep SET answerable_refused = $n WHERE eval_run_id = $run"
+            + ("" if every_threshold else " AND recommended"),
+            {"n": answerable, "run": run_id},
+        )
+    with duckdb.connect(str(copy), read_only=True) as connection:
+        data = report.load_report_data(connection, run_id)
+    chosen = data["headline"]["recommended_threshold"]
+    assert chosen["answerable_refused"] == answerable > 0
+    assert data["recommended_threshold"] is None
+    assert recommended_value(chosen) is None
+    figure = charts.abstention_sweep_figure(
+        pl.DataFrame(data["abstention_sweep"]),
+        data["recommended_threshold"],
+        unrecommended=report._unrecommended(data),
+    )
+    assert dashed_vertical_lines(figure) == []
+    assert not any(text.startswith("Recommended") for text in texts(figure))
+    assert f"No threshold recommended: the rule's pick refuses all {answerable} answerable" in (
+        " ".join(texts(figure))
+    )
+    page = report.report_html(data, report.render_charts(data))
+    sweep = page.split("<h2>Abstention sweep</h2>")[1].split("<h2>")[0]
+    said = "not measured (every threshold" if every_threshold else "none: every threshold"
+    assert f"Recommended evidence threshold: {said}" in sweep
+    assert "<td>yes</td>" not in sweep.split("<details>")[1]
+
+
+def test_the_metadata_threshold_is_none_when_the_pick_refuses_every_answerable_item():
+    """``generation_metrics``' metadata: the pick's row as the warehouse query reads it, and no
+    value when it refuses every answerable item (an assistant that always answers with one
+    score: only the threshold above it keeps the unanswerable items unanswered)."""
+    from rag_eval_pipeline.lib.metrics.generation import (
+        GenerationTables,
+        abstention_sweep,
+        sweep_thresholds,
+    )
+
+    answerable = [True] * 12 + [False] * 5
+    for best, expected in (([1.0] * 17, None), ([2.0] * 12 + [1.0] * 5, 2.0)):
+        frame = pl.DataFrame({"answerable": answerable, "best_score": best})
+        sweep, picked = abstention_sweep(frame, sweep_thresholds(best))
+        tables = GenerationTables(frame, pl.DataFrame(), pl.DataFrame(), sweep, picked)
+        row = tables.recommendation()
+        assert row == _recommended_row(answerable, best, [False] * 17)
+        assert recommended_value(row) == expected
 
 
 PARTIAL_SWEEP_SCHEMA = {"threshold": pl.Float64, "unanswerable_answered": pl.Int64}

@@ -847,6 +847,23 @@ class GenerationTables:
     sweep: pl.DataFrame
     recommended_threshold: float | None
 
+    def recommendation(self) -> dict | None:
+        """The rule's pick as ``sql/summary.sql`` (``recommended_threshold``) reads it back from
+        the warehouse: its two counts, the items it was chosen on and the fewest answerable items
+        any threshold refuses; None when the sweep has no threshold."""
+        if self.recommended_threshold is None:
+            return None
+        pick = self.sweep.filter(pl.col("recommended")).row(0, named=True)
+        answerable = self.item_metrics["answerable"]
+        return {
+            "threshold": pick["threshold"],
+            "unanswerable_answered": pick["unanswerable_answered"],
+            "answerable_refused": pick["answerable_refused"],
+            "unanswerable_items": int((~answerable).sum()),
+            "answerable_items": int(answerable.sum()),
+            "fewest_answerable_refused": int(self.sweep["answerable_refused"].min()),
+        }
+
 
 def generation_tables(
     items: pl.DataFrame,

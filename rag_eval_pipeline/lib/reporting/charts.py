@@ -182,10 +182,13 @@ def no_data_figure(title: str, reason: str) -> Figure:
 SWEEP_TITLE = "Abstention sweep: both kinds of error by evidence threshold"
 
 
-def abstention_sweep_figure(sweep: pl.DataFrame, recommended: float | None) -> Figure:
+def abstention_sweep_figure(
+    sweep: pl.DataFrame, recommended: float | None, *, unrecommended: str | None = None
+) -> Figure:
     """Unanswerable questions answered and answerable questions refused against the evidence
     threshold (a question is answered when its best retrieval score reaches the threshold), as
-    steps, with ``recommended`` marked by a vertical line and its two counts."""
+    steps, with ``recommended`` marked by a vertical line and its two counts; without one,
+    ``unrecommended`` (why none is recommended) is the subtitle."""
     problem = _problem(sweep, SWEEP_COLUMNS)
     if problem is None:
         sweep = (
@@ -217,7 +220,10 @@ def abstention_sweep_figure(sweep: pl.DataFrame, recommended: float | None) -> F
                 markersize=3,
                 label=label,
             )
-        subtitle = "A question is answered when its best retrieval score reaches the threshold"
+        subtitle = (
+            unrecommended
+            or "A question is answered when its best retrieval score reaches the threshold"
+        )
         if recommended is not None and _finite(recommended):
             axes.axvline(
                 recommended,
@@ -241,9 +247,11 @@ def abstention_sweep_figure(sweep: pl.DataFrame, recommended: float | None) -> F
     return figure
 
 
-def abstention_sweep_png(sweep: pl.DataFrame, recommended: float | None) -> bytes:
+def abstention_sweep_png(
+    sweep: pl.DataFrame, recommended: float | None, *, unrecommended: str | None = None
+) -> bytes:
     """The abstention sweep chart as PNG bytes (see ``abstention_sweep_figure``)."""
-    return figure_png(abstention_sweep_figure(sweep, recommended))
+    return figure_png(abstention_sweep_figure(sweep, recommended, unrecommended=unrecommended))
 
 
 def night_order(history: pl.DataFrame) -> pl.DataFrame:

@@ -35,6 +35,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     in_order,
     not_measured_text,
     operations_block,
+    recommended_value,
     strata_not_measured,
     sweep_lines,
     system_version,
@@ -87,7 +88,8 @@ def load_report_data(connection: duckdb.DuckDBPyConnection, eval_run_id: str) ->
 
     Keys: ``run`` (its ``eval_runs`` row), ``headline`` (``summary.headline_from_tables``),
     ``retrieval`` and ``generation`` (every scope), ``sufficiency_correctness``,
-    ``abstention_sweep`` (every threshold), ``recommended_threshold``, ``judge_calibration``
+    ``abstention_sweep`` (every threshold), ``recommended_threshold`` (``summary.recommended_value``:
+    none when the rule's pick refuses every answerable item), ``judge_calibration``
     and ``history`` (``HISTORY_MEASURES`` of every completed run with the same golden and
     system configuration digests, in night order). Raises ``KeyError`` for an unknown run.
     """
@@ -95,7 +97,6 @@ def load_report_data(connection: duckdb.DuckDBPyConnection, eval_run_id: str) ->
     scope = {"run": eval_run_id}
     run = _rows(connection, sql_query("report", "run"), scope)[0]
     sweep = _rows(connection, sql_query("report", "sweep"), scope)
-    recommended = [row["threshold"] for row in sweep if row["recommended"]]
     return {
         "run": run,
         "headline": headline,
@@ -103,7 +104,7 @@ def load_report_data(connection: duckdb.DuckDBPyConnection, eval_run_id: str) ->
         "generation": _rows(connection, sql_query("report", "generation"), scope),
         "sufficiency_correctness": _rows(connection, sql_query("report", "sufficiency"), scope),
         "abstention_sweep": sweep,
-        "recommended_threshold": recommended[0] if recommended else None,
+        "recommended_threshold": recommended_value(headline.get("recommended_threshold")),
         "judge_calibration": _rows(connection, sql_query("report", "calibration"), scope),
         "history": _history_rows(connection, run),
     }
@@ -146,13 +147,24 @@ def render_charts(data: Mapping) -> dict[str, bytes]:
     """The three charts of the report as PNG bytes, keyed by ``CHART_NAMES``."""
     return {
         "abstention_sweep": charts.abstention_sweep_png(
-            _frame(data["abstention_sweep"], SWEEP_SCHEMA), data["recommended_threshold"]
+            _frame(data["abstention_sweep"], SWEEP_SCHEMA),
+            data["recommended_threshold"],
+            unrecommended=_unrecommended(data),
         ),
         "metric_trend": charts.metric_trend_png(
             _frame(data["history"], HISTORY_SCHEMA), TREND_MEASURE
         ),
         "strata": charts.stratum_bars_png(_frame(data["headline"]["no_answer"], STRATUM_SCHEMA)),
     }
+
+
+def _unrecommended(data: Mapping) -> str | None:
+    """The sweep chart's line when the rule picked a threshold refusing every answerable item,
+    which is no recommendation (``load_report_data``); None otherwise."""
+    chosen = data["headline"].get("recommended_threshold")
+    if chosen is None or data["recommended_threshold"] is not None:
+        return None
+    return f"No threshold recommended: the rule's pick refuses all {chosen['answerable_items']} answerable questions"
 
 
 def report_markdown(data: Mapping, rendered: Mapping[str, bytes] | None = None) -> str:
@@ -398,7 +410,7 @@ def _sweep_html(data: Mapping, png: bytes) -> str:
                 f"{r['threshold']:.3f}",
                 r["unanswerable_answered"],
                 r["answerable_refused"],
-                r["recommended"],
+                r["recommended"] and data["recommended_threshold"] is not None,
             ]
             for r in sweep
         ],

@@ -656,6 +656,15 @@ def sweep_lines(threshold: Mapping) -> list[str]:
     return lines
 
 
+def recommended_value(threshold: Mapping | None) -> float | None:
+    """The threshold the sweep recommends (a ``recommended_threshold`` row), or None: without a
+    pick, or when the pick refuses every answerable item (``degenerate_sweep_line``), which is
+    no setting; the rows keep the rule's pick either way, and the summary says why it is none."""
+    if threshold is None or degenerate_sweep_line(threshold):
+        return None
+    return threshold["threshold"]
+
+
 def degenerate_sweep_line(threshold: Mapping) -> str | None:
     """The sweep's line when its recommendation refuses every answerable item, which is no
     setting at all; ``None`` otherwise (or without the item counts).
