@@ -324,6 +324,46 @@ def test_a_gate_at_a_cut_off_the_run_does_not_compute_is_refused(
     )
 
 
+@pytest.mark.parametrize("cutoffs", [None, [1, 5, 20]], ids=["default-cutoffs", "cutoff-20"])
+def test_a_launched_night_fails_a_gate_at_a_cut_off_it_does_not_compute(library, tmp_path, cutoffs):
+    """A night the daemon or the UI launches (not ``rag-eval nightly``, which refuses it first)
+    fails where the run begins, before the system is asked anything and with no run record,
+    when a gate is at a cut-off its settings do not compute; with the cut-off in its settings
+    the night begins."""
+    from rag_eval_pipeline.lib.runs.lifecycle import RECORD_FILE
+    from rag_eval_pipeline.testing import evaluation_assets, materialize_suite, names
+
+    from .conftest import NIGHT, SUITE, fixture_resources
+
+    gates = gates_file(tmp_path, metric="Success@20")
+    warehouse = tmp_path / "w.duckdb"
+    settings = {} if cutoffs is None else {"cutoffs": cutoffs}
+    every = evaluation_assets(gates)
+    result = materialize_suite(
+        NIGHT,
+        SUITE,
+        fixture_resources(library, warehouse, **settings),
+        assets=every,
+        selection=[
+            a for a in every if {"corpus_snapshot", "golden_set", "retrieval_run"} & names(a)
+        ],
+    )
+    failures = [event for event in result.all_events if event.is_step_failure]
+    if cutoffs is not None:
+        assert result.success, failures
+        assert len(list(tmp_path.glob(f"store/**/{RECORD_FILE}"))) == 1
+        return
+    [failure] = failures
+    assert failure.step_key == "retrieval_run.plan_retrieval"
+    error = failure.event_specific_data.error
+    message = "".join(part.message for part in (error, error.cause) if part is not None)
+    assert (
+        f"{gates}: gate 1 (success_at_5): Success@20 is not computed by this run "
+        "(cut-offs 1, 3, 5, 10)"
+    ) in message
+    assert not list(tmp_path.glob(f"store/**/{RECORD_FILE}"))
+
+
 def _readme_block(after: str, language: str) -> str:
     """The first ```language block of the README after the line containing ``after``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")

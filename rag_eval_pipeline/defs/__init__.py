@@ -51,7 +51,7 @@ def build_evaluation_assets(
     return [
         build_corpus_snapshot(partitions),
         build_golden_set(partitions),
-        build_retrieval_run(partitions),
+        build_retrieval_run(partitions, gates),
         build_generation_run(partitions),
         build_judge_sample(partitions),
         build_retrieval_metrics(partitions),

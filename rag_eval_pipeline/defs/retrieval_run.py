@@ -21,6 +21,7 @@ from rag_eval_pipeline.defs.resources import (
 )
 from rag_eval_pipeline.defs.sharding import fan_in, fan_out, shard_inputs, sharded_asset, spec_of
 from rag_eval_pipeline.lib.inputs.corpus import snapshot_names
+from rag_eval_pipeline.lib.runs.gates import GateSet, check_cutoffs
 from rag_eval_pipeline.lib.runs.lifecycle import begin_run, note_capture
 from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG, EvalRunRecord, RunRequest, handed_on
 from rag_eval_pipeline.lib.systems.calls import SystemErrorBoundError, error_bound
@@ -47,47 +48,59 @@ def record_of(handle: dict) -> EvalRunRecord:
     return handed_on(handle["record"])
 
 
-@dg.op(out=dg.DynamicOut(dict))
-def plan_retrieval(
-    context: dg.OpExecutionContext,
-    corpus_snapshot: dict,
-    golden_set: dict,
-    settings: EvalSettings,
-    suites: SuiteRegistryResource,
-    system: SystemResource,
-    judge: JudgeResource,
-    warehouse_db: WarehouseResource,
-    sharding: ShardingResource,
-):
-    """Begin the run: its record (suite, night, digests, system and judge configurations, every
-    setting that can change a figure) gives the ``eval_run_id`` and goes to the run store before
-    the system is asked anything; then one output per shard. Input of the system's own (a
-    replayed trace file) that does not fit the night is refused before the run begins."""
-    night, suite_name = night_and_suite(context)
-    suite = suites.suite(suite_name)
-    store = warehouse_db.run_store()
-    system.check_inputs(
-        corpus_snapshot["corpus_digest"],
-        store.read_table(store.golden_dir(golden_set["golden_digest"]), "golden_items"),
-        str(suite.golden_set),
-    )
-    record = EvalRunRecord(
-        suite=suite_name,
-        night=night,
-        snapshot_id=corpus_snapshot["snapshot_id"],
-        corpus_digest=corpus_snapshot["corpus_digest"],
-        golden_set=golden_set["golden_set"],
-        golden_digest=golden_set["golden_digest"],
-        system_config=system.config(),
-        judge_config=judge.config(),
-        settings=settings.run_settings(suite),
-        request=RunRequest.from_tags(context.run.tags),
-    )
-    context.instance.add_run_tags(context.run_id, {EVAL_RUN_TAG: record.eval_run_id})
-    for table in TABLES:
-        store.remove_table(store.run_dir(record.eval_run_id), table)
-    begin_run(store, record, context.run_id)
-    yield from fan_out(record, sharding.count())
+def build_plan_retrieval(gates: GateSet) -> dg.OpDefinition:
+    """The op that begins the run (``plan_retrieval``), refusing first a gate of ``gates`` at a
+    cut-off the run's settings do not compute (``gates.check_cutoffs``): ``rag-eval nightly``
+    refuses it before the night starts, and a night the daemon or the UI launched fails here,
+    before the system is asked anything, instead of reporting the gate "not assessed" every
+    night."""
+
+    @dg.op(name="plan_retrieval", out=dg.DynamicOut(dict))
+    def plan_retrieval(
+        context: dg.OpExecutionContext,
+        corpus_snapshot: dict,
+        golden_set: dict,
+        settings: EvalSettings,
+        suites: SuiteRegistryResource,
+        system: SystemResource,
+        judge: JudgeResource,
+        warehouse_db: WarehouseResource,
+        sharding: ShardingResource,
+    ):
+        """Begin the run: its record (suite, night, digests, system and judge configurations,
+        every setting that can change a figure) gives the ``eval_run_id`` and goes to the run
+        store before the system is asked anything; then one output per shard. Input of the
+        system's own (a replayed trace file) that does not fit the night, and a gate the run
+        cannot assess, are refused before the run begins."""
+        night, suite_name = night_and_suite(context)
+        suite = suites.suite(suite_name)
+        run_settings = settings.run_settings(suite)
+        check_cutoffs(gates, run_settings.cutoffs)
+        store = warehouse_db.run_store()
+        system.check_inputs(
+            corpus_snapshot["corpus_digest"],
+            store.read_table(store.golden_dir(golden_set["golden_digest"]), "golden_items"),
+            str(suite.golden_set),
+        )
+        record = EvalRunRecord(
+            suite=suite_name,
+            night=night,
+            snapshot_id=corpus_snapshot["snapshot_id"],
+            corpus_digest=corpus_snapshot["corpus_digest"],
+            golden_set=golden_set["golden_set"],
+            golden_digest=golden_set["golden_digest"],
+            system_config=system.config(),
+            judge_config=judge.config(),
+            settings=run_settings,
+            request=RunRequest.from_tags(context.run.tags),
+        )
+        context.instance.add_run_tags(context.run_id, {EVAL_RUN_TAG: record.eval_run_id})
+        for table in TABLES:
+            store.remove_table(store.run_dir(record.eval_run_id), table)
+        begin_run(store, record, context.run_id)
+        yield from fan_out(record, sharding.count())
+
+    return plan_retrieval
 
 
 @dg.op
@@ -211,7 +224,9 @@ def error_bound_check(bound) -> dg.AssetCheckResult:
     )
 
 
-def build_retrieval_run(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+def build_retrieval_run(partitions: dg.PartitionsDefinition, gates: GateSet) -> dg.AssetsDefinition:
+    plan_retrieval = build_plan_retrieval(gates)
+
     @sharded_asset(
         "retrieval_run",
         partitions=partitions,

@@ -19,8 +19,9 @@ and ``alpha`` numbers, never a bool; ``needs_calibrated_judge`` true or false), 
 scope, scope value and metric one that some run's table holds (``CATALOGUE``), so a misspelt
 metric is refused rather than never enforced. Strata and languages are a golden set's own, so a
 ``stratum`` or ``language`` scope value is not checked. A retrieval measure at a cut-off is
-checked against the run's own ``cutoffs`` before the night starts (``check_cutoffs``): a cut-off
-the run does not compute would leave the gate "not assessed" every night.
+checked against the run's own ``cutoffs`` before the night starts (``check_cutoffs``, by
+``rag-eval nightly``, and where the run begins for a night the schedule or the UI launched): a
+cut-off the run does not compute would leave the gate "not assessed" every night.
 """
 
 import re
