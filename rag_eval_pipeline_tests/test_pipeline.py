@@ -322,7 +322,34 @@ def test_the_ui_headline_says_not_measured_and_why_instead_of_dropping_a_figure(
     )
     table = markdown_headline(frame, "metric", ("faithfulness", "citation_validity", "token_f1"))
     assert table.splitlines()[2:] == [
-        "| faithfulness | not measured (no judged claims) |  |  | 0 |  |",
-        "| citation_validity | 0.9500 | 0.9000 | 0.9800 | 40 | wilson95 |",
-        "| token_f1 | not measured (no reference answers) |  |  | 0 |  |",
+        "| faithfulness | not measured (no judged claims) |  |  | 0 items |  |",
+        "| citation_validity | 0.9500 | 0.9000 | 0.9800 | 40 items | wilson95 |",
+        "| token_f1 | not measured (no reference answers) |  |  | 0 items |  |",
+    ]
+
+
+def test_the_ui_headline_gives_each_n_its_unit_claims_apart_from_items():
+    """The generation headline puts item figures (faithfulness: 186 answers) beside claim rates
+    (290 claims): a bare ``n`` column reads them as the same count. Each ``n`` carries its unit,
+    as the printed summary's ``(n=290 claims)`` does."""
+    import polars as pl
+
+    from rag_eval_pipeline.defs.metadata import markdown_headline
+
+    frame = pl.DataFrame(
+        {
+            "metric": ["faithfulness", "contradicted_claim_rate", "citation_support"],
+            "value": [1.0, 0.0, 1.0],
+            "ci_low": [0.98, 0.0, 0.987],
+            "ci_high": [1.0, 0.0131, 1.0],
+            "n": [186, 290, 1],
+            "interval_method": ["wilson95"] * 3,
+        }
+    )
+    names = ("faithfulness", "contradicted_claim_rate", "citation_support")
+    table = markdown_headline(frame, "metric", names)
+    assert table.splitlines()[2:] == [
+        "| faithfulness | 1.0000 | 0.9800 | 1.0000 | 186 items | wilson95 |",
+        "| contradicted_claim_rate | 0.0000 | 0.0000 | 0.0131 | 290 claims | wilson95 |",
+        "| citation_support | 1.0000 | 0.9870 | 1.0000 | 1 claim | wilson95 |",
     ]

@@ -77,14 +77,30 @@ def markdown_headline(frame: pl.DataFrame, key: str, names: tuple[str, ...]) -> 
     """The headline figures ``names`` of a metric table (``key``, ``value``, ``ci_low``,
     ``ci_high``, ``n``, ``interval_method``) as a markdown table in that order, as the printed
     summary shows them (``summary.in_order``): a figure without a value (or without a row)
-    says "not measured" and why (``summary.not_measured``), never a number or an empty cell."""
-    from rag_eval_pipeline.lib.reporting.summary import in_order, not_measured
+    says "not measured" and why (``summary.not_measured``), never a number or an empty cell.
+    ``n`` carries its unit as in the summary (``summary.counted``: ``186 items``, ``290
+    claims``), so a claim rate's denominator is not read as a count of items."""
+    from rag_eval_pipeline.lib.reporting.summary import counted, in_order, not_measured
 
     columns = (key, "value", "ci_low", "ci_high", "n", "interval_method")
     rows = [
-        (row[key], row["value"], row["ci_low"], row["ci_high"], row["n"], row["interval_method"])
+        (
+            row[key],
+            row["value"],
+            row["ci_low"],
+            row["ci_high"],
+            counted(row, row[key]),
+            row["interval_method"],
+        )
         if row["value"] is not None
-        else (row[key], not_measured(row[key]), None, None, row.get("n", 0), None)
+        else (
+            row[key],
+            not_measured(row[key]),
+            None,
+            None,
+            counted({**row, "n": row.get("n") or 0}, row[key]),
+            None,
+        )
         for row in in_order(frame.to_dicts(), key, names)
     ]
     return _markdown(columns, rows)
