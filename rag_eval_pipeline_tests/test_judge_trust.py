@@ -465,19 +465,42 @@ def test_the_ui_estimates_table_has_every_column_the_auditors_guide_names(labell
     table = materialization.metadata["judge_rate_estimates"].value
     lines = table.splitlines()
     assert lines[0] == (
-        "| metric | method | value | ci_low | ci_high | n_judged | n_labelled | ppi_lambda "
-        "| reason |"
+        "| scope | scope_value | metric | method | value | ci_low | ci_high | n_judged "
+        "| n_labelled | unit | ppi_lambda | reason |"
     )
     assert "None" not in table
-    [(n_judged, n_labelled, lam)] = rows(
+    [(n_judged, n_labelled, unit, lam)] = rows(
         warehouse,
-        "SELECT n_judged, n_labelled, ppi_lambda FROM judge_rate_estimates WHERE scope = "
+        "SELECT n_judged, n_labelled, unit, ppi_lambda FROM judge_rate_estimates WHERE scope = "
         "'overall' AND scope_value = 'answerable' AND metric = 'faithfulness' AND method LIKE "
         "'ppi%'",
     )
-    shown = next(line for line in lines if line.startswith("| faithfulness | ppi"))
+    shown = next(
+        line for line in lines if line.startswith("| overall | answerable | faithfulness | ppi")
+    )
     cells = [cell.strip() for cell in shown.strip("|").split("|")]
-    assert cells[5:8] == [str(n_judged), str(n_labelled), f"{lam:.4f}"]
+    assert cells[7:11] == [str(n_judged), str(n_labelled), unit, f"{lam:.4f}"]
+
+
+def test_the_ui_calibration_shows_every_scope_the_summary_prints_and_what_kappa_rests_on(
+    labelled_night,
+):
+    """The summary prints the production traces' judge-based rates (``source=production``)
+    and kappa with the agreement and the labelled claims it rests on; the asset page showed
+    neither: only the golden set's answerable rates, and kappa without its n."""
+    warehouse, _, result = labelled_night
+    [materialization] = result.asset_materializations_for_node("judge_calibration")
+    metadata = {key: getattr(v, "value", v) for key, v in materialization.metadata.items()}
+    [(n, agreement, ci_low, ci_high)] = rows(
+        warehouse, "SELECT n, agreement, ci_low, ci_high FROM judge_calibration"
+    )
+    assert metadata["labelled_claims"] == n
+    assert metadata["agreement"] == agreement
+    assert metadata["agreement_ci"] == f"{ci_low:.4f} to {ci_high:.4f} (wilson95)"
+    table = metadata["judge_rate_estimates"]
+    [(estimates,)] = rows(warehouse, "SELECT count(*) FROM judge_rate_estimates")
+    assert len(table.splitlines()) == 2 + estimates
+    assert "| source | production | faithfulness | " in table
 
 
 # --- gates on the prediction-powered bound --------------------------------------------------

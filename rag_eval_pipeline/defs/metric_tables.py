@@ -216,12 +216,24 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
                 **table_metadata(table, "judge_calibration"),
                 **provenance(record),
                 "calibrated": row["calibrated"],
+                # Kappa and agreement with what they were measured on, as the summary prints
+                # them ("agreement … 95% CI …, Cohen's kappa … (n=… labelled claims)").
                 "kappa": row["kappa"],
+                "agreement": row["agreement"],
+                "agreement_ci": dg.MetadataValue.text(
+                    f"{row['ci_low']:.4f} to {row['ci_high']:.4f} (wilson95)"
+                    if row["ci_low"] is not None
+                    else "not measured"
+                ),
+                "labelled_claims": row["n"],
                 "reason": row["reason"],
-                # Every column AUDITORS.md names; an estimate without a value says so and why.
+                # Every column AUDITORS.md names, every scope the summary prints (the production
+                # traces too), and each n's unit; an estimate without a value says so and why.
                 "judge_rate_estimates": dg.MetadataValue.md(
                     markdown_table(
-                        estimates.filter(pl.col("scope") != "source").select(
+                        estimates.select(
+                            "scope",
+                            "scope_value",
                             "metric",
                             "method",
                             "value",
@@ -229,6 +241,7 @@ def build_judge_calibration(partitions: dg.PartitionsDefinition) -> dg.AssetsDef
                             "ci_high",
                             "n_judged",
                             "n_labelled",
+                            "unit",
                             "ppi_lambda",
                             "reason",
                         ),
