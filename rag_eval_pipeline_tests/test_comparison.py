@@ -282,6 +282,33 @@ def test_rebaseline_tag_without_a_reason_is_refused(nights, library):
     assert nights.query("SELECT count(*) FROM rebaseline_offsets") == [(0,)]
 
 
+def test_a_rebaseline_runs_pages_say_whose_night_they_rebaseline(nights, library):
+    """The rebaseline job materializes the night's partition again, after the night: the
+    partition's newest ``retrieval_run`` and metric tables are then the re-baseline run's (the
+    old baseline's system on the new snapshot), not the night's. Their pages name the night's
+    run they re-baseline, as ``eval_summary`` does; the night's own pages leave it empty."""
+    nights.run("2026-10-15")
+    new_snapshot(library)
+    tags = {REBASELINE_TAG: "true", REBASELINE_REASON_TAG: "revised", REQUESTED_BY_TAG: "owner"}
+    night = nights.run("2026-11-02", tags=tags)
+    [candidate] = nights.query(
+        "SELECT eval_run_id FROM eval_runs WHERE partition_date = '2026-11-02'"
+    )
+    request = nights.tick().run_requests[0]
+    rebaseline = nights.run(
+        "2026-11-02",
+        tags=dict(request.tags),
+        system=request.run_config["resources"]["system"]["config"],
+    )
+    for asset in ("retrieval_run", "retrieval_metrics", "generation_metrics", "judge_calibration"):
+        [own] = night.asset_materializations_for_node(asset)
+        [again] = rebaseline.asset_materializations_for_node(asset)
+        assert own.metadata["rebaseline_for"].value == "", asset
+        assert again.metadata["rebaseline_for"].value == candidate[0], asset
+        assert again.metadata["eval_run_id"].value != candidate[0], asset
+    assert nights.summary_facts("2026-11-02")["rebaseline_for"] == candidate[0]
+
+
 def test_rebaseline_stores_the_offset_and_the_comparison_runs(nights, library):
     nights.run("2026-10-15")
     old_baseline = nights.query("SELECT eval_run_id FROM eval_runs")[0][0]

@@ -113,6 +113,14 @@ def counts(frame: pl.DataFrame, column: str) -> dict[str, int]:
     }
 
 
+def rebaseline_for(record) -> dict:
+    """``rebaseline_for``: the night's evaluation run this one re-baselines, or empty. The
+    ``rebaseline`` job materializes the night's partition again with the old baseline's system
+    on the new snapshot, after the night itself: the partition's newest materialization is then
+    that run's, not the night's, and only this entry (as on ``eval_summary``) tells them apart."""
+    return {"rebaseline_for": record.request.rebaseline_for or ""}
+
+
 def provenance(record) -> dict:
     """What produced a metric table, shown on its asset page: the evaluation run, the corpus
     and golden-set digests, the system and judge with their configuration digests, the run
@@ -132,6 +140,7 @@ def provenance(record) -> dict:
         "judge_config_digest": record.judge_config_digest,
         "settings_digest": record.settings.digest,
         "measures_version": record.measures_version,
+        **rebaseline_for(record),
         "published": dg.MetadataValue.text(
             "by eval_summary after this step, in this Dagster run or a re-execution of it: until "
             "it completes, these figures are staged, "

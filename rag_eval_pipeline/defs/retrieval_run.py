@@ -9,7 +9,7 @@ many items ended in a system error.
 import dagster as dg
 import polars as pl
 
-from rag_eval_pipeline.defs.metadata import run_link, table_metadata
+from rag_eval_pipeline.defs.metadata import rebaseline_for, run_link, table_metadata
 from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import (
     EvalSettings,
@@ -203,6 +203,7 @@ def record_metadata(record, dagster_run_id: str) -> dict:
         "judge_config_digest": record.judge_config_digest,
         "settings": dg.MetadataValue.json(record.settings.as_dict()),
         "settings_digest": record.settings.digest,
+        **rebaseline_for(record),
     }
 
 
