@@ -282,6 +282,29 @@ def test_rebaseline_tag_without_a_reason_is_refused(nights, library):
     assert nights.query("SELECT count(*) FROM rebaseline_offsets") == [(0,)]
 
 
+def test_the_regression_gate_is_not_assessed_when_the_baseline_is_compared_with_itself():
+    """Materialized by hand on the baseline's own night, ``run_comparison`` compares nothing
+    (no rows): the regression gate said "no significant regression" and passed, a pass where
+    nothing was measured. It is not assessed (a warning, as across digests), saying why."""
+    import polars as pl
+
+    from rag_eval_pipeline.defs.comparison import comparison_checks
+    from rag_eval_pipeline.lib.runs.comparisons import Comparison
+
+    run = {
+        "eval_run_id": "2026-10-14-188658b68b28",
+        "corpus_digest": "4dc2",
+        "golden_digest": "bde7",
+        "measures_version": MEASURES_VERSION,
+    }
+    reason = "2026-10-14-188658b68b28 is the baseline; nothing to compare"
+    comparable, gate = comparison_checks(Comparison(run, run, True, reason, pl.DataFrame()), 0.05)
+    assert comparable.passed
+    assert not gate.passed
+    assert gate.severity == dg.AssetCheckSeverity.WARN
+    assert gate.description == f"not assessed: {reason}"
+
+
 def test_a_rebaseline_runs_pages_say_whose_night_they_rebaseline(nights, library):
     """The rebaseline job materializes the night's partition again, after the night: the
     partition's newest ``retrieval_run`` and metric tables are then the re-baseline run's (the

@@ -163,20 +163,21 @@ def comparison_checks(comparison, alpha: float):
             "reason": comparison.reason,
         },
     )
+    # The baseline compared with itself (materialized by hand on its own night) has no rows:
+    # nothing was compared, so the gate is not assessed, never "no significant regression".
+    assessed = comparison.comparable and comparison.rows.height > 0
     if worse:
         description = (
             f"significantly worse than baseline {comparison.baseline_run_id}: {', '.join(worse)}"
         )
-    elif comparison.comparable:
+    elif assessed:
         description = "no significant regression"
     else:
         description = f"not assessed: {comparison.reason}"
     yield dg.AssetCheckResult(
         check_name=f"gate_{REGRESSION_GATE}",
-        passed=comparison.comparable and not worse,
-        severity=dg.AssetCheckSeverity.ERROR
-        if comparison.comparable
-        else dg.AssetCheckSeverity.WARN,
+        passed=assessed and not worse,
+        severity=dg.AssetCheckSeverity.ERROR if assessed else dg.AssetCheckSeverity.WARN,
         description=description,
         metadata={"regressed_metrics": dg.MetadataValue.json(worse)},
     )
