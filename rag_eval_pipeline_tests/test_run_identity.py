@@ -222,6 +222,9 @@ def test_each_metric_tables_page_names_what_produced_it(library, tmp_path):
     headline = generation_page.metadata["headline"].value
     assert "| faithfulness |" in headline and "| false_refusal_rate |" in headline
     [summary] = result.asset_materializations_for_node("eval_summary")
+    # The summary's page names what answered and what judged as the metric tables do.
+    metadata = {key: getattr(v, "value", v) for key, v in summary.metadata.items()}
+    assert tuple(metadata[key] for key in keys) == record, "eval_summary"
     assert summary.metadata["measures_version"].value == MEASURES_VERSION
     assert f"  measures          {MEASURES_VERSION}\n" in summary.metadata["summary"].value
     # The UI's summary is the finished run's, as `rag-eval summary` prints it: it used to be

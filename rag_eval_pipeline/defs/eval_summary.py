@@ -200,10 +200,16 @@ def summary_metadata(finished, headline: dict, gates: GateSet, charts: str) -> d
     return {
         **table_metadata(pl.DataFrame([run]), "eval_runs"),
         **guard_facts(finished),
+        "snapshot_id": run["snapshot_id"],
         "corpus_digest": run["corpus_digest"],
         "golden_set": run["golden_set"],
         "golden_digest": run["golden_digest"],
+        # What answered and what judged, as on every metric table (``provenance``): the
+        # summary's lines name the judge without its configuration digest.
+        "system_id": run["system_id"],
         "system_config_digest": run["system_config_digest"],
+        "judge_id": run["judge_id"],
+        "judge_config_digest": run["judge_config_digest"],
         "settings_digest": run["settings_digest"],
         "measures_version": measures_of(run),
         "gates_file": f"{gates.path.name} (version {gates.version})",
