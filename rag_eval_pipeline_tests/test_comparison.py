@@ -305,6 +305,36 @@ def test_the_regression_gate_is_not_assessed_when_the_baseline_is_compared_with_
     assert gate.description == f"not assessed: {reason}"
 
 
+def test_the_comparison_page_links_both_runs_and_names_both_golden_digests():
+    """``run_comparison``'s ``dagster_run`` is the run that compared: the page also links the
+    Dagster runs that measured the candidate and the baseline, and names both golden-set
+    digests beside the corpus digests (they were only on the check)."""
+    import polars as pl
+
+    from rag_eval_pipeline.defs.comparison import comparison_metadata
+    from rag_eval_pipeline.lib.runs.comparisons import Comparison
+
+    def run(eval_run_id: str, dagster_run_id: str) -> dict:
+        return {
+            "eval_run_id": eval_run_id,
+            "dagster_run_id": dagster_run_id,
+            "corpus_digest": "4dc2",
+            "golden_digest": f"golden-of-{eval_run_id}",
+            "measures_version": MEASURES_VERSION,
+        }
+
+    candidate, baseline = run("2026-10-15-a", "run-a"), run("2026-10-14-b", "run-b")
+    rows = pl.DataFrame(schema={"metric": pl.String})
+    metadata = comparison_metadata(
+        Comparison(candidate, baseline, False, "other golden set", rows), "2026-10-15-a", "cmp"
+    )
+    assert metadata["dagster_run"].url == "/runs/cmp"
+    assert metadata["candidate_dagster_run"].url == "/runs/run-a"
+    assert metadata["baseline_dagster_run"].url == "/runs/run-b"
+    assert metadata["candidate_golden_digest"] == "golden-of-2026-10-15-a"
+    assert metadata["baseline_golden_digest"] == "golden-of-2026-10-14-b"
+
+
 def test_a_rebaseline_runs_pages_say_whose_night_they_rebaseline(nights, library):
     """The rebaseline job materializes the night's partition again, after the night: the
     partition's newest ``retrieval_run`` and metric tables are then the re-baseline run's (the

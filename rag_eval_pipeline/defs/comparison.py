@@ -128,8 +128,14 @@ def comparison_metadata(
         **table_metadata(comparison.rows, "run_comparisons"),
         "candidate_run_id": candidate_id,
         "baseline_run_id": comparison.baseline_run_id,
+        # Each run's own Dagster run (where its figures were measured), beside this
+        # comparison's: ``dagster_run`` is the run that compared them.
+        **_measured_in("candidate_dagster_run", comparison.candidate),
+        **_measured_in("baseline_dagster_run", baseline),
         "candidate_corpus_digest": comparison.candidate["corpus_digest"],
         "baseline_corpus_digest": baseline["corpus_digest"],
+        "candidate_golden_digest": comparison.candidate["golden_digest"],
+        "baseline_golden_digest": baseline["golden_digest"],
         "candidate_measures_version": measures_of(comparison.candidate),
         "baseline_measures_version": measures_of(baseline),
         "comparable": comparison.comparable,
@@ -140,6 +146,12 @@ def comparison_metadata(
         if shown.height
         else dg.MetadataValue.text(comparison.reason),
     }
+
+
+def _measured_in(label: str, run) -> dict:
+    """A link to the Dagster run that measured ``run`` (an ``eval_runs`` row), when it names one."""
+    dagster_run_id = run.get("dagster_run_id")
+    return {label: run_link(dagster_run_id)} if dagster_run_id else {}
 
 
 def comparison_checks(comparison, alpha: float):
