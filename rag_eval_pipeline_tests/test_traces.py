@@ -124,6 +124,16 @@ def test_load_parquet_gives_the_same_frame(tmp_path):
             ),
             "'retrieved' gives a rank twice",
         ),
+        (
+            trace(
+                retrieved=[
+                    {"passage_id": "A@v1#s1", "score": 2.0, "rank": 1},
+                    {"passage_id": "B@v1#s1", "score": 1.5, "rank": 2},
+                    {"passage_id": "A@v1#s1", "score": 1.0, "rank": 3},
+                ]
+            ),
+            "'retrieved' lists passage 'A@v1#s1' twice (ranks 1 and 3)",
+        ),
     ],
 )
 def test_a_bad_trace_names_file_line_and_problem(tmp_path, record, problem):

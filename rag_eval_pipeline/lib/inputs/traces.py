@@ -8,7 +8,8 @@ One trace per JSONL line (or Parquet row); the format is documented in ``docs/TR
 - ``item_id`` (optional, string or null): the golden item the trace answers; unique in a file;
 - ``question`` (string, not empty): the question as asked;
 - ``retrieved`` (list of ``{passage_id, score, rank}``): what retrieval returned, ranks being
-  distinct integers from 1; read back in rank order;
+  distinct integers from 1 and each passage listed once (a passage listed twice would be
+  counted as two relevant results, recall above 1); read back in rank order;
 - ``context_ids`` (list of strings): the passages in the context as sent, in order;
 - ``answer`` (string, may be empty when refused), ``cited_ids`` (list of strings);
 - ``refused`` (true or false), ``refusal_reason`` (optional, string or null);
@@ -129,6 +130,15 @@ def _retrieved(record: dict, where: str) -> list[dict]:
     ranks = [hit["rank"] for hit in checked]
     if len(set(ranks)) != len(ranks):
         raise TraceError(f"{where}: 'retrieved' gives a rank twice")
+    first_rank: dict[str, int] = {}
+    for hit in checked:
+        earlier = first_rank.setdefault(hit["passage_id"], hit["rank"])
+        if earlier != hit["rank"]:
+            raise TraceError(
+                f"{where}: 'retrieved' lists passage '{hit['passage_id']}' twice "
+                f"(ranks {min(earlier, hit['rank'])} and {max(earlier, hit['rank'])}); "
+                "list each passage once"
+            )
     return sorted(checked, key=lambda hit: hit["rank"])
 
 
