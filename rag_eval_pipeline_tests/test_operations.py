@@ -205,6 +205,24 @@ def test_a_signal_fails_the_dagster_run_and_the_evaluation_run(library, tmp_path
     ) == [("failed",)]
 
 
+def test_an_interrupt_before_the_first_step_fails_the_run_it_says_it_failed(tmp_path, monkeypatch):
+    """SIGTERM between the run's creation and its first step leaves it NOT_STARTED: the
+    interrupt fails it there and then, as the error line says, not at the next sweep."""
+    from rag_eval_pipeline.cli.nightly import end_interrupted_runs
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG
+
+    monkeypatch.setenv("RAG_EVAL_WAREHOUSE", str(tmp_path / "warehouse" / "rag_eval.duckdb"))
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    with dg.instance_for_test() as instance:
+        run = instance.add_run(
+            dg.DagsterRun(
+                job_name="nightly_eval", tags=tags, status=dg.DagsterRunStatus.NOT_STARTED
+            )
+        )
+        end_interrupted_runs(instance, tags, "interrupted by SIGTERM")
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+
+
 def test_a_killed_run_is_failed_by_the_next_night_and_never_jams_the_queue(
     library, tmp_path, monkeypatch
 ):

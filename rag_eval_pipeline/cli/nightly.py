@@ -375,7 +375,9 @@ def print_finished_steps(instance, run_id: str) -> None:
 
 def end_interrupted_runs(instance, tags: dict, reason: str) -> None:
     """Fail the interrupted run of this process (found by its host and pid tags, whichever
-    executor made it; Dagster may have failed it already) and its evaluation run."""
+    executor made it; Dagster may have failed it already) and its evaluation run. A run
+    interrupted before its first step is still ``NOT_STARTED``: it is failed too, as the
+    ``abandoned_runs`` sweep would, so the error line's "marked failed" holds at once."""
     import dagster as dg
 
     from rag_eval_pipeline.defs.alerts import abandon_eval_run
@@ -385,7 +387,11 @@ def end_interrupted_runs(instance, tags: dict, reason: str) -> None:
     for run in instance.get_runs(filters=mine):
         if run.status == dg.DagsterRunStatus.SUCCESS or not executed_by_rag_eval(run):
             continue
-        if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING):
+        if run.status in (
+            dg.DagsterRunStatus.NOT_STARTED,
+            dg.DagsterRunStatus.STARTING,
+            dg.DagsterRunStatus.STARTED,
+        ):
             instance.report_run_failed(run, message=reason)
         abandon_eval_run(run, reason, project.warehouse_resource())
 
