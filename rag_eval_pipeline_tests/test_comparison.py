@@ -1060,3 +1060,26 @@ def test_the_nightlys_comparison_table_marks_metrics_at_the_recorded_level():
     assert marked[2].endswith("(paired_bootstrap, n=10)")
     assert format_comparison("c", rows(0.0005)).splitlines()[1].endswith("n=10)")
     assert format_comparison("c", rows(None)).splitlines()[1].endswith("n=10)")
+
+
+def test_a_p_value_below_the_printed_precision_is_not_printed_as_zero():
+    """McNemar's exact p for 20 discordant pairs all one way is 1.9e-06: ``p<0.0001``, not
+    ``p=0.0000``, which reads as a certainty no test gives."""
+    from rag_eval_pipeline.lib.reporting.summary import comparison_line
+
+    row = {
+        "metric": "Success@5",
+        "candidate_value": 0.7,
+        "baseline_value": 0.95,
+        "delta": -0.25,
+        "ci_low": -0.35,
+        "ci_high": -0.1625,
+        "p_value": 1.9073486328125e-06,
+        "test": "mcnemar_exact",
+        "n": 80,
+        "verdict": "worse",
+    }
+    assert comparison_line(row).endswith("p<0.0001 (mcnemar_exact, n=80)  worse")
+    assert comparison_line({**row, "p_value": 0.00005}).endswith(
+        "p=0.0001 (mcnemar_exact, n=80)  worse"
+    )

@@ -505,7 +505,8 @@ def baseline_from_tables(
 def comparison_line(row: Mapping) -> str:
     """One compared metric: both values, the delta with its interval, the p-value and test,
     and ``worse`` or ``better`` when the row has a significant ``verdict``; a metric the two
-    runs do not both measure says why."""
+    runs do not both measure says why. A p-value that rounds to 0 at four decimals is printed
+    ``p<0.0001``: an exact McNemar p-value is never 0."""
     if row["candidate_value"] is None or row["baseline_value"] is None or row["delta"] is None:
         return f"  {row['metric']:<17} not compared: {row.get('reason') or 'not measured on both'}"
     interval = (
@@ -513,7 +514,12 @@ def comparison_line(row: Mapping) -> str:
         if row["ci_low"] is not None and row["ci_high"] is not None
         else ""
     )
-    p_value = "p not measured" if row["p_value"] is None else f"p={row['p_value']:.4f}"
+    if row["p_value"] is None:
+        p_value = "p not measured"
+    elif row["p_value"] < 0.00005:
+        p_value = "p<0.0001"
+    else:
+        p_value = f"p={row['p_value']:.4f}"
     marked = f"  {row['verdict']}" if row.get("verdict") else ""
     return (
         f"  {row['metric']:<17} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
