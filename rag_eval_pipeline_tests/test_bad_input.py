@@ -152,6 +152,21 @@ def test_golden_item_with_bad_grade_names_line(library):
         load_golden_set(golden)
 
 
+def test_a_misspelt_golden_field_is_named_beside_the_missing_one(library):
+    """``gold_passages`` for ``gold``: the error names the field it has as well as the one it
+    lacks, so the typo is found without opening the README."""
+    golden = library / "golden.jsonl"
+    item = json.loads(golden.read_text().splitlines()[1])
+    item["gold_passages"] = item.pop("gold")
+    replace_line(golden, 2, json.dumps(item))
+    with pytest.raises(
+        GoldenSetError,
+        match=r"golden\.jsonl:2: item is missing the field 'gold' "
+        r"\(it has field\(s\) the format does not name: 'gold_passages'\)$",
+    ):
+        load_golden_set(golden)
+
+
 def test_a_no_answer_item_with_an_answering_gold_passage_names_the_line(library):
     """A no-answer item whose gold holds a passage of grade 2 or 3 contradicts itself (it would
     be scored as refused-correctly while the library answers it): refused, naming the line."""

@@ -96,6 +96,10 @@ def test_load_parquet_gives_the_same_frame(tmp_path):
         ('{"question": "cut', "malformed JSON: Unterminated string starting at column 14"),
         ([1, 2], "expected a JSON object, got list"),
         ({"question": "q"}, "missing the field(s) retrieved, context_ids, answer"),
+        (
+            {k if k != "cited_ids" else "cited": v for k, v in trace().items()} | {"cost": 0.1},
+            "missing the field(s) cited_ids (it has field(s) the format does not name: cited)",
+        ),
         (trace(question="  "), "'question' must be a non-empty string"),
         (trace(refused="no"), "'refused' must be true or false, got 'no'"),
         (trace(item_id=""), "'item_id' must be a non-empty string or null"),

@@ -126,7 +126,10 @@ def _check_item(record: object, source: str, line: int) -> dict:
         raise GoldenSetError(f"{where}: expected a JSON object, got {type(record).__name__}")
     for name, kind in REQUIRED_FIELDS.items():
         if name not in record:
-            raise GoldenSetError(f"{where}: item is missing the field '{name}'")
+            unknown = [field for field in record if field not in REQUIRED_FIELDS]
+            named = ", ".join(repr(field) for field in unknown)
+            also = f" (it has field(s) the format does not name: {named})" if unknown else ""
+            raise GoldenSetError(f"{where}: item is missing the field '{name}'{also}")
         if not isinstance(record[name], kind):
             raise GoldenSetError(
                 f"{where}: field '{name}' must be a {kind.__name__}, "

@@ -42,6 +42,20 @@ REQUIRED_FIELDS = (
     "system_version",
     "corpus_digest",
 )
+# Every field the format names, optional ones too: a trace missing a required field names
+# the fields it has beyond these (a misspelt ``cited`` for ``cited_ids``).
+KNOWN_FIELDS = (
+    *REQUIRED_FIELDS,
+    "trace_id",
+    "item_id",
+    "refusal_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "latency_ms",
+    "attempts",
+    "error",
+)
 HIT_TYPE = pl.Struct({"passage_id": pl.String, "score": pl.Float64, "rank": pl.Int32})
 TRACE_SCHEMA = {
     "line": pl.Int64,
@@ -148,7 +162,11 @@ def _check_trace(record: object, where: str) -> dict:
         raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
     missing = [field for field in REQUIRED_FIELDS if field not in record]
     if missing:
-        raise TraceError(f"{where}: trace is missing the field(s) {', '.join(missing)}")
+        unknown = [field for field in record if field not in KNOWN_FIELDS]
+        also = f" (it has field(s) the format does not name: {', '.join(unknown)})"
+        raise TraceError(
+            f"{where}: trace is missing the field(s) {', '.join(missing)}{also if unknown else ''}"
+        )
     item_id = record.get("item_id")
     if item_id is not None and not _is_text(item_id):
         raise TraceError(f"{where}: 'item_id' must be a non-empty string or null")
