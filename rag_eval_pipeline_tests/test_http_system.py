@@ -202,6 +202,7 @@ def test_malformed_replies_name_the_item_and_the_field_and_are_not_retried(snaps
     service.fail("missing_field", item_id="q2", field="answer")
     service.fail("bad_field", item_id="q3", field="refused", value="no")
     service.fail("unknown_passage", item_id="q5")
+    service.fail("empty_answer", item_id="q6")
     system, _, outcomes = ask(service)
     found = by_item(outcomes)
     assert found["q1"].error == (
@@ -217,15 +218,20 @@ def test_malformed_replies_name_the_item_and_the_field_and_are_not_retried(snaps
         f"item q5: 'retrieved' names passage '{UNKNOWN_PASSAGE_ID}', which is not in the "
         "snapshot being evaluated (1 unknown id(s) in 'retrieved')"
     )
-    assert {found[i].cause for i in ("q1", "q2", "q3")} == {calls.MALFORMED_REPLY}
-    assert all(service.requests_by_item[i] == 1 for i in ("q1", "q2", "q3", "q5"))
-    assert [o.item_id for o in outcomes if not o.failed] == ["q4", "q6"]
+    # Scored as given, an empty answer not refused would be a confident wrong one.
+    assert found["q6"].error == (
+        "item q6: malformed reply: 'answer' is empty but 'refused' is false: a system that "
+        "declines says 'refused': true (an empty answer would be scored as a confident wrong one)"
+    )
+    assert {found[i].cause for i in ("q1", "q2", "q3", "q6")} == {calls.MALFORMED_REPLY}
+    assert all(service.requests_by_item[i] == 1 for i in ("q1", "q2", "q3", "q5", "q6"))
+    assert [o.item_id for o in outcomes if not o.failed] == ["q4"]
     # The capture is a trace file the replay can read: the unknown id never reaches it.
     capture = load_traces(system.captured)
     retrieved = capture.explode("retrieved")["retrieved"].drop_nulls().struct.field("passage_id")
     assert UNKNOWN_PASSAGE_ID not in retrieved.to_list()
     errored = capture.filter(pl.col("refused") & pl.col("refusal_reason").str.starts_with("system"))
-    assert errored["item_id"].to_list() == ["q1", "q2", "q3", "q5"]
+    assert errored["item_id"].to_list() == ["q1", "q2", "q3", "q5", "q6"]
 
 
 def test_an_answer_citing_outside_its_context_is_recorded_for_citation_validity(

@@ -297,6 +297,23 @@ def test_a_different_trace_file_is_a_different_configuration(traces_path, tmp_pa
     assert ReplaySystemResource(path=str(copy)).config() == config
 
 
+def test_an_empty_answer_not_refused_is_refused_from_the_system_only(tmp_path):
+    """An empty (or blank) answer with ``refused: false`` would be scored as a confident wrong
+    one: a replayed file (and a live reply, ``test_http_system``) is refused naming the line; a
+    production trace, judged and not scored, is read as it is."""
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [trace(), trace(item_id="q2", question="q two", answer=" ", cited_ids=[], refused=False)],
+    )
+    assert load_traces(path)["answer"].to_list()[1] == " "
+    with pytest.raises(TraceError) as raised:
+        ReplaySystem(path)
+    assert str(raised.value) == (
+        f"{path}:2: 'answer' is empty but 'refused' is false: a system that declines says "
+        "'refused': true (an empty answer would be scored as a confident wrong one)"
+    )
+
+
 def test_a_line_separator_inside_a_trace_string_does_not_end_the_line(tmp_path):
     """JSON strings may hold U+2028 as it is (``json.dumps(..., ensure_ascii=False)``): the trace
     stays one line, numbered as a line feed numbers it."""

@@ -16,6 +16,7 @@ or per request (the next ``times`` requests of any item):
 | ``bad_field`` | the trace with ``field`` set to ``value`` |
 | ``unknown_passage`` | a retrieved passage id that is not in the snapshot |
 | ``cite_outside_context`` | an answer citing a passage of the snapshot that is not in its context |
+| ``empty_answer`` | an empty answer, citing nothing, not refused |
 
 ``health_corpus_digest`` makes ``/health`` serve another corpus state. It counts requests (per
 item too), records request bodies and whether each carried the expected bearer token, and runs
@@ -42,6 +43,7 @@ FAULT_KINDS = (
     "bad_field",
     "unknown_passage",
     "cite_outside_context",
+    "empty_answer",
 )
 
 
@@ -170,5 +172,8 @@ def _with_fault(trace: dict, fault: Fault | None) -> dict:
         )
         trace["answer"] = f"{trace['answer'] or 'See the procedure.'} [{outside}]".strip()
         trace["cited_ids"] = [*trace["cited_ids"], outside]
+        trace["refused"], trace["refusal_reason"] = False, None
+    elif fault.kind == "empty_answer":
+        trace["answer"], trace["cited_ids"] = "", []
         trace["refused"], trace["refusal_reason"] = False, None
     return trace

@@ -11,7 +11,10 @@ One trace per JSONL line (or Parquet row); the format is documented in ``docs/TR
   distinct integers from 1 and each passage listed once (a passage listed twice would be
   counted as two relevant results, recall above 1); read back in rank order;
 - ``context_ids`` (list of strings): the passages in the context as sent, in order;
-- ``answer`` (string, may be empty when refused), ``cited_ids`` (list of strings);
+- ``answer`` (string, may be empty when refused), ``cited_ids`` (list of strings); an answer
+  the system under test gives (a live reply, a replayed file) is empty only when refused
+  (``check_scored_answer``: it would be scored as a confident wrong one); a production trace,
+  which is judged and not scored, may have an empty answer;
 - ``refused`` (true or false), ``refusal_reason`` (optional, string or null);
 - ``system_version`` and ``corpus_digest`` (strings): which system answered, on which corpus.
 
@@ -23,6 +26,7 @@ the line (JSONL) or row (Parquet, counted from 1) and the problem.
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -223,6 +227,17 @@ def _parquet_records(path: Path) -> list[tuple[int, str, str, object]]:
         (number, trace_location(path, number), f"row {number}", record)
         for number, record in enumerate(frame.iter_rows(named=True), start=1)
     ]
+
+
+def check_scored_answer(trace: Mapping, where: str) -> None:
+    """Refuse an answer of the system under test that is empty (or blank) but not refused: it
+    would be scored as a confident wrong answer, where the system most likely declined. A
+    production trace is only judged, so ``load_traces`` does not ask this of it."""
+    if not trace["refused"] and not trace["answer"].strip():
+        raise TraceError(
+            f"{where}: 'answer' is empty but 'refused' is false: a system that declines says "
+            "'refused': true (an empty answer would be scored as a confident wrong one)"
+        )
 
 
 def load_traces(path: Path | str) -> pl.DataFrame:

@@ -12,6 +12,7 @@ import polars as pl
 
 from rag_eval_pipeline.lib.inputs.traces import (
     TraceError,
+    check_scored_answer,
     load_traces,
     refuse_other_corpus_states,
     trace_file_digest,
@@ -50,6 +51,8 @@ class ReplaySystem:
     ):
         self.path = Path(path)
         self.traces = load_traces(self.path)
+        for row in self.traces.select("line", "answer", "refused").iter_rows(named=True):
+            check_scored_answer(row, trace_location(self.path, row["line"]))
         self.trace_digest = trace_file_digest(self.path)
         if passages is not None:
             self._check_passages(set(passages["passage_id"].to_list()))
