@@ -92,7 +92,7 @@ def test_a_mean_of_items_all_at_one_bound_gets_the_wilson_interval_of_its_items(
         proportion_confint(40, 40, alpha=0.1, method="wilson"), abs=1e-12
     )
     # Anything else is bootstrapped as before: a mix with one item off the bound.
-    for values in ([1.0] * 99 + [0.5], [0.0, 1.0], [1 / 3] * 5 + [0.0]):
+    for values in ([1.0] * 99 + [0.5], [0.5, 1.0], [1 / 3] * 5 + [0.0]):
         assert mean_interval_method(np.array(values)) == "bootstrap95"
     assert bootstrap_mean_interval(np.array([1.0] * 99 + [0.5]), seed=7)[1] == 1.0
     assert mean_interval_method(np.ones(3), "judge_only_bootstrap95", "judge_only_wilson95") == (
@@ -143,6 +143,40 @@ def test_a_mean_of_items_all_at_one_inner_value_gets_the_wilson_interval_of_that
         )
 
 
+def test_a_mean_of_zeros_and_ones_is_a_proportion_with_its_wilson_interval():
+    """R@5 of questions with one relevant passage each is, item by item, their Success@5: the
+    same 0/1 values carry the same Wilson interval (statsmodels), not a bootstrap whose upper
+    bound reaches 1.0 when a resample holds none of the three misses."""
+    values = np.array([1.0] * 77 + [0.0] * 3)
+    reference = proportion_confint(77, 80, alpha=0.05, method="wilson")
+    assert bootstrap_mean_interval(values, seed=7) == pytest.approx(reference, abs=1e-12)
+    assert mean_interval_method(values) == "wilson95"
+    # By hand: z^2 = 3.8415; centre (77 + 1.9207) / 83.8415 = 0.94131, half-width
+    # 1.96 * sqrt(77 * 3 / 80 + 0.9604) / 83.8415 = 1.96 * 1.96161 / 83.8415 = 0.04586.
+    low, high = bootstrap_mean_interval(values, seed=7)
+    assert (round(low, 4), round(high, 4)) == (0.8955, 0.9872)
+    run = pl.DataFrame(
+        {"query_id": [f"q{i}" for i in range(80)], "doc_id": ["d"] * 80, "score": [1.0] * 80}
+    )
+    qrels = pl.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(80)],
+            "doc_id": ["d"] * 77 + ["x"] * 3,
+            "grade": [3] * 80,
+        }
+    )
+    rows = {
+        r["measure"]: r
+        for r in aggregate(per_query(run, qrels, ["Success@5", "R@5"]), seed=7).iter_rows(
+            named=True
+        )
+    }
+    assert (rows["R"]["ci_low"], rows["R"]["ci_high"]) == pytest.approx(
+        (rows["Success"]["ci_low"], rows["Success"]["ci_high"]), abs=1e-12
+    )
+    assert rows["R"]["interval_method"] == rows["Success"]["interval_method"] == "wilson95"
+
+
 def test_aggregate_names_the_interval_each_row_carries():
     run = pl.DataFrame(
         {"query_id": [f"q{i}" for i in range(20)], "doc_id": ["d"] * 20, "score": [1.0] * 20}
@@ -163,5 +197,7 @@ def test_aggregate_names_the_interval_each_row_carries():
     }
     assert (rows["RR"]["ci_low"], rows["RR"]["ci_high"]) == wilson_interval(10, 10)
     rows = {r["measure"]: r for r in aggregate(values).iter_rows(named=True)}
-    assert rows["RR"]["interval_method"] == "bootstrap95" and rows["RR"]["value"] == 0.5
+    # Reciprocal ranks of 1 and 0 only: a proportion, as Success is.
+    assert rows["RR"]["interval_method"] == "wilson95" and rows["RR"]["value"] == 0.5
+    assert (rows["RR"]["ci_low"], rows["RR"]["ci_high"]) == wilson_interval(10, 20)
     assert aggregate(values, intervals=False)["interval_method"].is_null().all()

@@ -8,4 +8,6 @@ measured with different definitions are not compared (``lib.runs.record.comparab
 re-baseline re-runs the baseline's configuration under the new ones.
 """
 
-MEASURES_VERSION = "2026-12-02"
+# 2026-12-07: a mean of 0/1 per-item values is a proportion, with its Wilson interval
+# (``statistics.proportion_rate``): R@k, P@1, RR@1, nDCG@1 of such items read as Success does.
+MEASURES_VERSION = "2026-12-07"

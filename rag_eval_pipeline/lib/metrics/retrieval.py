@@ -603,9 +603,10 @@ def aggregate(
 
     Proportions (Success) get the Wilson 95% interval; means get a seeded percentile bootstrap
     (the resampled items drawn once per group size, ``bootstrap_mean_intervals``), except a mean
-    whose every query scored the same (1.0, 0.0, 1/3 for P@3 of one relevant passage found),
-    which gets the Wilson interval of that rate over its n queries, as a bootstrap of them has
-    zero width; ``interval_method`` says which
+    that is a proportion (every query 0 or 1: R@k of queries with one relevant passage each, as
+    their Success@k) or whose every query scored the same (1/3 for P@3 of one relevant passage
+    found), which gets the Wilson interval of that rate over its n queries
+    (``statistics.proportion_rate``); ``interval_method`` says which
     (``wilson95`` or ``bootstrap95``; null without intervals). Every interval contains its
     value (``clamp_interval``), so a perfect or a zero score never has a bound on the wrong side
     of it.

@@ -2,9 +2,10 @@
 
 - Wilson score interval for a proportion (z = 1.96 for 95%): the seed figure 38/200 gives
   0.1417 to 0.2500.
-- Percentile bootstrap for a mean, seeded, resampling items with replacement; a mean whose
-  items all have the same value (every value 1.0, every value 0.0, or every one 1/3) instead
-  gets the Wilson interval of that rate over its n items (``mean_interval_method``).
+- Percentile bootstrap for a mean, seeded, resampling items with replacement; a mean that is a
+  proportion (every item 0 or 1: R@5 of questions with one relevant passage each, as Success@5
+  of them) or whose items all have the same value (every one 1/3) instead gets the Wilson
+  interval of that rate over its n items (``proportion_rate``, ``mean_interval_method``).
 
 Every interval contains its point estimate: floating point can put a bound a hair on the wrong
 side of it (a proportion of 1.0 has a Wilson upper bound of 0.9999999999999999), so bounds are
@@ -24,7 +25,7 @@ MAX_SHARED_DRAWS = 8_000_000
 
 def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float | None, float | None]:
     """Wilson score interval; ``(None, None)`` when n is 0. ``successes`` may be fractional
-    (``constant_value``: n items all at one rate p count as p * n successes).
+    (``proportion_rate``: n items all at one rate p count as p * n successes).
 
     centre = (p + z^2/2n) / (1 + z^2/n), half-width = z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n).
     """
@@ -59,19 +60,25 @@ def resampled_means(values: np.ndarray, *, seed: int, resamples: int) -> np.ndar
     return means
 
 
-def constant_value(values: np.ndarray) -> float | None:
-    """The value every one of ``values`` (at least one) has, when they all have the same one in
-    [0, 1], else None.
+def proportion_rate(values: np.ndarray) -> float | None:
+    """The rate of which the mean of ``values`` (at least one) is a proportion, else None: when
+    every value is 0 or 1, the share of ones; when every value is the same one in [0, 1], that
+    value.
 
-    Resampling such items can only give that value again, so a percentile bootstrap of them is
-    a zero-width interval however few they are: 184 perfect items would read as a rate known
-    exactly, and so would six questions that each have one relevant passage, found in the top
-    three (P@3 = 1/3 for every one). Nothing in the items bounds their spread but [0, 1] itself,
-    and of the values in [0, 1] with mean p, a 0/1 outcome varies most (variance p(1 - p)): the
-    Wilson interval of rate p over the n items is the honest interval for them, wide for few
-    items and narrowing as they grow."""
+    A mean of 0/1 outcomes is a proportion, and gets the interval proportions get: R@5 of
+    questions with one relevant passage each is, item by item, their Success@5, and carries the
+    same interval (a percentile bootstrap of a few misses among many items reaches 1.0 whenever
+    a resample holds none of them). Resampling items that all have one value can only give that
+    value again, so a percentile bootstrap of them is a zero-width interval however few they
+    are: 184 perfect items would read as a rate known exactly, and so would six questions that
+    each have one relevant passage, found in the top three (P@3 = 1/3 for every one). Nothing in
+    the items bounds their spread but [0, 1] itself, and of the values in [0, 1] with mean p, a
+    0/1 outcome varies most (variance p(1 - p)): the Wilson interval of rate p over the n items
+    is the honest interval for them, wide for few items and narrowing as they grow."""
     if values.size == 0:
         return None
+    if bool(np.all((values == 0.0) | (values == 1.0))):
+        return float(np.count_nonzero(values)) / values.size
     first = float(values[0])
     if not 0.0 <= first <= 1.0 or not bool(np.all(values == first)):
         return None
@@ -81,9 +88,11 @@ def constant_value(values: np.ndarray) -> float | None:
 def mean_interval_method(
     values: np.ndarray, bootstrap: str = "bootstrap95", wilson: str = "wilson95"
 ) -> str:
-    """The ``interval_method`` of ``bootstrap_mean_interval(values)``: ``wilson`` for items all
-    of one value (``constant_value``), else ``bootstrap`` (the caller's names)."""
-    return wilson if constant_value(np.asarray(values, dtype=np.float64)) is not None else bootstrap
+    """The ``interval_method`` of ``bootstrap_mean_interval(values)``: ``wilson`` for items that
+    are a proportion (``proportion_rate``), else ``bootstrap`` (the caller's names)."""
+    return (
+        wilson if proportion_rate(np.asarray(values, dtype=np.float64)) is not None else bootstrap
+    )
 
 
 def bootstrap_mean_interval(
@@ -93,7 +102,8 @@ def bootstrap_mean_interval(
 
     ``(None, None)`` when there are no values. Items all of one value p in [0, 1] (all 1.0, all
     0.0, all 1/3; one item alone) get the Wilson interval of rate p over their n items
-    (``constant_value``: a bootstrap of them has zero width).
+    (``proportion_rate``: a bootstrap of them has zero width), and so do items all 0 or 1, a
+    proportion (its Wilson interval).
     """
     return bootstrap_mean_intervals([values], seed=seed, resamples=resamples, level=level)[0]
 
@@ -118,9 +128,9 @@ def bootstrap_mean_intervals(
         if n == 0:
             intervals.append((None, None))
             continue
-        constant = constant_value(values)
-        if constant is not None:
-            intervals.append(wilson_interval(constant * n, n, z))
+        rate = proportion_rate(values)
+        if rate is not None:
+            intervals.append(wilson_interval(rate * n, n, z))
             continue
         blocks = draws.get(n) or _draws(n, seed=seed, resamples=resamples)
         if n * resamples <= MAX_SHARED_DRAWS:
