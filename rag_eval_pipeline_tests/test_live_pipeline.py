@@ -164,7 +164,8 @@ def test_the_live_run_records_its_capture_and_identity(three_runs, served_refere
     connection = three_runs["connection"]
     run = (
         connection.sql(
-            "SELECT system_id, system_config, trace_file, trace_digest, corpus_digest, status "
+            "SELECT system_id, system_config, system_config_digest, trace_file, trace_digest, "
+            "corpus_digest, status "
             "FROM eval_runs WHERE eval_run_id = $run",
             params={"run": three_runs["http"]},
         )
@@ -196,6 +197,19 @@ def test_the_live_run_records_its_capture_and_identity(three_runs, served_refere
     assert f'<td>System version</td><td class="wrap">{config["system_version"]}</td>' in page
     assert f'<td>Measure definitions</td><td class="wrap">{MEASURES_VERSION}</td>' in page
     assert re.search(r"latency p50 / p95 / max\s+[\d.]+ / [\d.]+ / [\d.]+ ms  \(n=266\)", summary)
+    # The history tells two systems of one night apart by the version each reported too.
+    history = subprocess.run(
+        [str(Path(sys.executable).parent / "rag-eval"), "history"],
+        env={**os.environ, "RAG_EVAL_WAREHOUSE": str(three_runs["folder"] / "warehouse.duckdb")},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    [line] = [line for line in history.splitlines() if three_runs["http"] in line]
+    assert line.endswith(
+        f"system http {run['system_config_digest'][:12]} (version {config['system_version']})"
+    )
 
 
 def test_replaying_the_capture_gives_the_live_run_again(three_runs):

@@ -190,6 +190,7 @@ def history_mark(row: dict) -> str:
 
 
 def command_history(args: argparse.Namespace) -> int:
+    from rag_eval_pipeline.lib.reporting.summary import system_version
     from rag_eval_pipeline.lib.runs.record import run_changes
     from rag_eval_pipeline.lib.store.warehouse import read_frame
 
@@ -244,8 +245,11 @@ def command_history(args: argparse.Namespace) -> int:
             mark = history_mark(row)
             night, value, low, n = row["partition_date"], row["value"], row["ci_low"], row["n"]
             # Which system: several on one night (a changed assistant beside the reference)
-            # are told apart by it, as rag-eval compare needs.
+            # are told apart by it, as rag-eval compare needs, and by the version it reported.
             system = f"system {row['system_id']} {row['system_config_digest'][:12]}"
+            version = system_version(row)
+            if version:
+                system += f" (version {version})"
             if row["status"] != "complete":
                 print(
                     f"{mark} {night}  incomplete ({row['status']}){'':<14} {run_id}  "
