@@ -190,6 +190,17 @@ def test_import_nightly_history_compare_and_export_on_the_fixture(library, tmp_p
     )
     compare = rag_eval("compare", run_a, run_b, env=env)
     assert compare.returncode == 0 and "same corpus digest" in compare.stdout
+    # Each side names what it measured; the same configuration on both sides is said.
+    with duckdb.connect(env["RAG_EVAL_WAREHOUSE"], read_only=True) as db:
+        [(system_id, config_digest)] = db.sql(
+            "SELECT DISTINCT system_id, system_config_digest FROM eval_runs"
+        ).fetchall()
+    said = compare.stdout.splitlines()
+    assert said[1:4] == [
+        f"  candidate  {run_a}  system {system_id} {config_digest[:12]}",
+        f"  baseline   {run_b}  system {system_id} {config_digest[:12]}",
+        "  (the same system configuration on both sides)",
+    ]
     exported = tmp_path / "run.trec"
     assert rag_eval("export-run", run_b, str(exported), env=env).returncode == 0
     first_line = exported.read_text().splitlines()[0].split()

@@ -272,7 +272,7 @@ def command_history(args: argparse.Namespace) -> int:
 
 def command_compare(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.metrics.comparison import row_verdict
-    from rag_eval_pipeline.lib.reporting.summary import comparison_line
+    from rag_eval_pipeline.lib.reporting.summary import comparison_line, system_version
     from rag_eval_pipeline.lib.runs.baselines import comparability_noting_judges, compare_runs
     from rag_eval_pipeline.lib.runs.registry import run_row
 
@@ -287,6 +287,16 @@ def command_compare(args: argparse.Namespace) -> int:
                 raise ConfigError(f"evaluation run {name} is {run['status']}, not complete")
         comparable, reason = comparability_noting_judges(candidate, baseline, other="run")
         print(f"{args.run_a} against {args.run_b}: {reason}")
+        # What was measured on each side, so a change that did not reach the service (the old
+        # version still answering) shows before any delta is read.
+        for side, run in (("candidate", candidate), ("baseline", baseline)):
+            version = system_version(run)
+            print(
+                f"  {side:<9}  {run['eval_run_id']}  system {run['system_id']} "
+                f"{run['system_config_digest'][:12]}" + (f" (version {version})" if version else "")
+            )
+        if candidate["system_config_digest"] == baseline["system_config_digest"]:
+            print("  (the same system configuration on both sides)")
         if not comparable:
             return 1
         rows = compare_runs(connection, args.run_a, args.run_b)
