@@ -894,7 +894,8 @@ def test_the_summary_names_a_killed_night_not_yet_swept(library, tmp_path):
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
 
-    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG
+    from rag_eval_pipeline.defs.resources import WarehouseResource
+    from rag_eval_pipeline.defs.sensors import HOST_TAG, PID_TAG, fail_abandoned_runs
     from rag_eval_pipeline.testing import materialize_suite
 
     from .conftest import SUITE, fixture_assets, fixture_resources
@@ -938,6 +939,15 @@ def test_the_summary_names_a_killed_night_not_yet_swept(library, tmp_path):
         f"warning: night 2026-10-16 of suite {SUITE} (Dagster run {runs['2026-10-16']}, after "
         f"this run completed) did not finish: the process that ran it (pid {gone.pid} on "
         f"{socket.gethostname()}) is gone; still marked started until it is swept"
+    ]
+    # Once the sweep has failed it, the warning keeps the sweep's reason, not a bare "failed".
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        swept = fail_abandoned_runs(instance, WarehouseResource(path=str(warehouse)))
+    assert swept == [runs["2026-10-16"]]
+    assert rag_eval("summary", env=env).stderr.splitlines() == [
+        f"warning: night 2026-10-16 of suite {SUITE} (Dagster run {runs['2026-10-16']}, after "
+        f"this run completed) did not finish: the process that ran it (pid {gone.pid} on "
+        f"{socket.gethostname()}) is gone"
     ]
 
 

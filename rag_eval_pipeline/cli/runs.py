@@ -162,7 +162,20 @@ def failed_attempts(
                 more += 1  # counted, its event log not read
                 continue
             events = [entry.dagster_event for entry in instance.all_logs(run.run_id)]
-            why = "; ".join(step_failure_lines(event for event in events if event)) or "failed"
+            # No step failed: the run's own failure says why (the sweep's "the process that ran
+            # it ... is gone", an interrupt before any step).
+            why = (
+                "; ".join(step_failure_lines(event for event in events if event))
+                or next(
+                    (
+                        event.message
+                        for event in reversed(events)
+                        if event is not None and event.is_run_failure and event.message
+                    ),
+                    None,
+                )
+                or "failed"
+            )
             if run.status in unfinished:
                 why = f"{gone}; still marked {run.status.value.lower()} until it is swept"
             what = (
