@@ -128,16 +128,6 @@ def test_load_parquet_gives_the_same_frame(tmp_path):
             ),
             "'retrieved' gives a rank twice",
         ),
-        (
-            trace(
-                retrieved=[
-                    {"passage_id": "A@v1#s1", "score": 2.0, "rank": 1},
-                    {"passage_id": "B@v1#s1", "score": 1.5, "rank": 2},
-                    {"passage_id": "A@v1#s1", "score": 1.0, "rank": 3},
-                ]
-            ),
-            "'retrieved' lists passage 'A@v1#s1' twice (ranks 1 and 3)",
-        ),
     ],
 )
 def test_a_bad_trace_names_file_line_and_problem(tmp_path, record, problem):
@@ -297,21 +287,39 @@ def test_a_different_trace_file_is_a_different_configuration(traces_path, tmp_pa
     assert ReplaySystemResource(path=str(copy)).config() == config
 
 
-def test_an_empty_answer_not_refused_is_refused_from_the_system_only(tmp_path):
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        (
+            {"answer": " ", "cited_ids": [], "refused": False},
+            "'answer' is empty but 'refused' is false: a system that declines says "
+            "'refused': true (an empty answer would be scored as a confident wrong one)",
+        ),
+        (
+            {
+                "retrieved": [
+                    {"passage_id": "A@v1#s1", "score": 2.0, "rank": 1},
+                    {"passage_id": "B@v1#s1", "score": 1.5, "rank": 2},
+                    {"passage_id": "A@v1#s1", "score": 1.0, "rank": 3},
+                ]
+            },
+            "'retrieved' lists passage 'A@v1#s1' twice (ranks 1 and 3); list each passage once",
+        ),
+    ],
+    ids=["empty-answer-not-refused", "passage-listed-twice"],
+)
+def test_what_would_be_scored_wrongly_is_refused_from_the_system_only(tmp_path, fields, problem):
     """An empty (or blank) answer with ``refused: false`` would be scored as a confident wrong
-    one: a replayed file (and a live reply, ``test_http_system``) is refused naming the line; a
-    production trace, judged and not scored, is read as it is."""
+    one, and a passage listed twice as two relevant results (recall above 1): a replayed file
+    (and a live reply, ``test_http_system``) is refused naming the line; a production trace,
+    only judged, is read as it is."""
     path = write_jsonl(
-        tmp_path / "t.jsonl",
-        [trace(), trace(item_id="q2", question="q two", answer=" ", cited_ids=[], refused=False)],
+        tmp_path / "t.jsonl", [trace(), trace(item_id="q2", question="q two", **fields)]
     )
-    assert load_traces(path)["answer"].to_list()[1] == " "
+    assert load_traces(path).height == 2
     with pytest.raises(TraceError) as raised:
         ReplaySystem(path)
-    assert str(raised.value) == (
-        f"{path}:2: 'answer' is empty but 'refused' is false: a system that declines says "
-        "'refused': true (an empty answer would be scored as a confident wrong one)"
-    )
+    assert str(raised.value) == f"{path}:2: {problem}"
 
 
 def test_a_line_separator_inside_a_trace_string_does_not_end_the_line(tmp_path):

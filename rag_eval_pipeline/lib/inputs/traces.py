@@ -8,12 +8,12 @@ One trace per JSONL line (or Parquet row); the format is documented in ``docs/TR
 - ``item_id`` (optional, string or null): the golden item the trace answers; unique in a file;
 - ``question`` (string, not empty): the question as asked;
 - ``retrieved`` (list of ``{passage_id, score, rank}``): what retrieval returned, ranks being
-  distinct integers from 1 and each passage listed once (a passage listed twice would be
-  counted as two relevant results, recall above 1); read back in rank order;
+  distinct integers from 1; read back in rank order; in a trace of the system under test each
+  passage listed once (``check_scored_trace``: twice would count as two relevant results);
 - ``context_ids`` (list of strings): the passages in the context as sent, in order;
 - ``answer`` (string, may be empty when refused), ``cited_ids`` (list of strings); an answer
   the system under test gives (a live reply, a replayed file) is empty only when refused
-  (``check_scored_answer``: it would be scored as a confident wrong one); a production trace,
+  (``check_scored_trace``: it would be scored as a confident wrong one); a production trace,
   which is judged and not scored, may have an empty answer;
 - ``refused`` (true or false), ``refusal_reason`` (optional, string or null);
 - ``system_version`` and ``corpus_digest`` (strings): which system answered, on which corpus.
@@ -148,15 +148,6 @@ def _retrieved(record: dict, where: str) -> list[dict]:
     ranks = [hit["rank"] for hit in checked]
     if len(set(ranks)) != len(ranks):
         raise TraceError(f"{where}: 'retrieved' gives a rank twice")
-    first_rank: dict[str, int] = {}
-    for hit in checked:
-        earlier = first_rank.setdefault(hit["passage_id"], hit["rank"])
-        if earlier != hit["rank"]:
-            raise TraceError(
-                f"{where}: 'retrieved' lists passage '{hit['passage_id']}' twice "
-                f"(ranks {min(earlier, hit['rank'])} and {max(earlier, hit['rank'])}); "
-                "list each passage once"
-            )
     return sorted(checked, key=lambda hit: hit["rank"])
 
 
@@ -229,10 +220,22 @@ def _parquet_records(path: Path) -> list[tuple[int, str, str, object]]:
     ]
 
 
-def check_scored_answer(trace: Mapping, where: str) -> None:
-    """Refuse an answer of the system under test that is empty (or blank) but not refused: it
-    would be scored as a confident wrong answer, where the system most likely declined. A
-    production trace is only judged, so ``load_traces`` does not ask this of it."""
+def check_scored_trace(trace: Mapping, where: str) -> None:
+    """Refuse, in a trace of the system under test (a live reply, a replayed file), what would
+    be scored wrongly: a passage listed twice in ``retrieved`` (each copy would count as a
+    relevant result: recall above 1), and an answer that is empty (or blank) but not refused
+    (scored as a confident wrong answer, where the system most likely declined). A production
+    trace is only judged (its answer against its context), so ``load_traces`` does not ask this
+    of it."""
+    first_rank: dict[str, int] = {}
+    for hit in trace["retrieved"]:
+        earlier = first_rank.setdefault(hit["passage_id"], hit["rank"])
+        if earlier != hit["rank"]:
+            raise TraceError(
+                f"{where}: 'retrieved' lists passage '{hit['passage_id']}' twice "
+                f"(ranks {min(earlier, hit['rank'])} and {max(earlier, hit['rank'])}); "
+                "list each passage once"
+            )
     if not trace["refused"] and not trace["answer"].strip():
         raise TraceError(
             f"{where}: 'answer' is empty but 'refused' is false: a system that declines says "

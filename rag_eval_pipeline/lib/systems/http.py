@@ -51,7 +51,7 @@ import polars as pl
 
 from rag_eval_pipeline.lib.errors import ConfigError, RagEvalError
 from rag_eval_pipeline.lib.http_retry import backoff_seconds, retry_after_seconds, retryable_status
-from rag_eval_pipeline.lib.inputs.traces import TraceError, _check_trace, check_scored_answer
+from rag_eval_pipeline.lib.inputs.traces import TraceError, _check_trace, check_scored_trace
 from rag_eval_pipeline.lib.systems import calls
 from rag_eval_pipeline.lib.systems.calls import CallOutcome, system_error
 from rag_eval_pipeline.lib.systems.capture import (
@@ -636,7 +636,7 @@ class HttpSystem:
             )
         try:
             trace = _check_trace(record, f"{label}: malformed reply")
-            check_scored_answer(trace, f"{label}: malformed reply")
+            check_scored_trace(trace, f"{label}: malformed reply")
         except TraceError as error:
             return malformed(calls.MALFORMED_REPLY, str(error))
         if calls.cause_of(trace["refusal_reason"]) is not None:

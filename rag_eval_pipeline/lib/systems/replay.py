@@ -12,7 +12,7 @@ import polars as pl
 
 from rag_eval_pipeline.lib.inputs.traces import (
     TraceError,
-    check_scored_answer,
+    check_scored_trace,
     load_traces,
     refuse_other_corpus_states,
     trace_file_digest,
@@ -51,8 +51,10 @@ class ReplaySystem:
     ):
         self.path = Path(path)
         self.traces = load_traces(self.path)
-        for row in self.traces.select("line", "answer", "refused").iter_rows(named=True):
-            check_scored_answer(row, trace_location(self.path, row["line"]))
+        for row in self.traces.select("line", "retrieved", "answer", "refused").iter_rows(
+            named=True
+        ):
+            check_scored_trace(row, trace_location(self.path, row["line"]))
         self.trace_digest = trace_file_digest(self.path)
         if passages is not None:
             self._check_passages(set(passages["passage_id"].to_list()))
