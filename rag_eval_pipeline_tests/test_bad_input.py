@@ -152,18 +152,20 @@ def test_golden_item_with_bad_grade_names_line(library):
         load_golden_set(golden)
 
 
-@pytest.mark.parametrize("language", ["", "  "])
-def test_a_golden_item_with_an_empty_language_names_the_line(library, language):
-    """Its figures would be reported under a language scope without a name."""
+@pytest.mark.parametrize(
+    ("language", "problem"),
+    [("", "an empty language"), ("  ", "an empty language"), ("en ", "language 'en '")],
+)
+def test_a_golden_item_with_an_empty_language_names_the_line(library, language, problem):
+    """Its figures would be reported under a language scope without a name (or, with spaces
+    around it, beside the same language's)."""
     golden = library / "golden.jsonl"
     item = json.loads(golden.read_text().splitlines()[1])
     item["language"] = language
     replace_line(golden, 2, json.dumps(item))
     with pytest.raises(GoldenSetError) as raised:
         load_golden_set(golden)
-    assert str(raised.value) == (
-        f"{golden}:2: item 'q2' has an empty language; write its code (en, de)"
-    )
+    assert str(raised.value) == f"{golden}:2: item 'q2' has {problem}; write its code (en, de)"
 
 
 def test_a_misspelt_golden_field_is_named_beside_the_missing_one(library):

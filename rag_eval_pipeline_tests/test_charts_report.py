@@ -506,13 +506,13 @@ def test_a_pick_refusing_every_answerable_item_is_marked_nowhere_in_the_report(
         unrecommended=report._unrecommended(data),
     )
     assert dashed_vertical_lines(figure) == []
-    assert not any(text.startswith("Recommended") for text in texts(figure))
-    assert f"No threshold recommended: the rule's pick refuses all {answerable} answerable" in (
-        " ".join(texts(figure))
-    )
+    assert not any(re.match(r"Recommended( threshold| [0-9])", text) for text in texts(figure))
+    said = "not measured (every threshold" if every_threshold else "none: every threshold"
+    drawn = " ".join(" ".join(texts(figure)).split())
+    assert f"Recommended evidence threshold: {said}" in drawn
+    assert f"all {answerable} answerable items" in drawn
     page = report.report_html(data, report.render_charts(data))
     sweep = page.split("<h2>Abstention sweep</h2>")[1].split("<h2>")[0]
-    said = "not measured (every threshold" if every_threshold else "none: every threshold"
     assert f"Recommended evidence threshold: {said}" in sweep
     assert "<td>yes</td>" not in sweep.split("<details>")[1]
 
@@ -521,6 +521,7 @@ def test_the_metadata_threshold_is_none_when_the_pick_refuses_every_answerable_i
     """``generation_metrics``' metadata: the pick's row as the warehouse query reads it, and no
     value when it refuses every answerable item (an assistant that always answers with one
     score: only the threshold above it keeps the unanswerable items unanswered)."""
+    from rag_eval_pipeline.defs.metadata import sweep_metadata
     from rag_eval_pipeline.lib.metrics.generation import (
         GenerationTables,
         abstention_sweep,
@@ -535,6 +536,14 @@ def test_the_metadata_threshold_is_none_when_the_pick_refuses_every_answerable_i
         row = tables.recommendation()
         assert row == _recommended_row(answerable, best, [False] * 17)
         assert recommended_value(row) == expected
+        # What the asset page shows: no value for the degenerate pick, and the lines saying why.
+        shown = sweep_metadata(row)
+        assert shown["recommended_evidence_threshold"] == expected
+        said = shown["abstention_sweep"].value
+        if expected is None:
+            assert said.startswith("```\nAbstention sweep: recommended evidence threshold: none")
+        else:
+            assert "recommended evidence threshold 2.000 (0 of 5 unanswerable answered" in said
 
 
 PARTIAL_SWEEP_SCHEMA = {"threshold": pl.Float64, "unanswerable_answered": pl.Int64}

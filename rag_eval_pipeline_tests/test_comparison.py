@@ -333,6 +333,13 @@ def test_the_comparison_page_links_both_runs_and_names_both_golden_digests():
     assert metadata["baseline_dagster_run"].url == "/runs/run-b"
     assert metadata["candidate_golden_digest"] == "golden-of-2026-10-15-a"
     assert metadata["baseline_golden_digest"] == "golden-of-2026-10-14-b"
+    # The suite's first run has no baseline: its entries are empty, not the candidate's own.
+    first = comparison_metadata(
+        Comparison(candidate, None, False, "no baseline yet", rows), "2026-10-15-a", "cmp"
+    )
+    assert "baseline_dagster_run" not in first
+    assert first["baseline_golden_digest"] == first["baseline_corpus_digest"] == ""
+    assert first["baseline_measures_version"] == ""
 
 
 def test_a_rebaseline_runs_pages_say_whose_night_they_rebaseline(nights, library):
@@ -1083,3 +1090,13 @@ def test_a_p_value_below_the_printed_precision_is_not_printed_as_zero():
     assert comparison_line({**row, "p_value": 0.00005}).endswith(
         "p=0.0001 (mcnemar_exact, n=80)  worse"
     )
+    # The UI's table of the comparison says the same.
+    import polars as pl
+
+    from rag_eval_pipeline.defs.comparison import comparison_metadata
+    from rag_eval_pipeline.lib.runs.comparisons import Comparison
+
+    run = {"eval_run_id": "r", "corpus_digest": "c", "golden_digest": "g"}
+    rows = pl.DataFrame([{k: v for k, v in row.items() if k != "verdict"}])
+    table = comparison_metadata(Comparison(run, run, True, "same", rows), "r", "cmp")
+    assert "| <0.0001 | mcnemar_exact | 80 |" in table["comparison"].value

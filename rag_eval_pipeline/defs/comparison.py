@@ -18,6 +18,7 @@ from rag_eval_pipeline.defs.partitions import night_and_suite, nightly_check
 from rag_eval_pipeline.defs.resources import EvalSettings, WarehouseResource
 from rag_eval_pipeline.lib.errors import RagEvalError
 from rag_eval_pipeline.lib.metrics.comparison import row_verdict
+from rag_eval_pipeline.lib.reporting.summary import p_value_text
 from rag_eval_pipeline.lib.runs.comparisons import compare_with_baseline
 from rag_eval_pipeline.lib.runs.gates import REGRESSION_GATE, GateSet
 from rag_eval_pipeline.lib.runs.record import measures_of
@@ -115,15 +116,22 @@ def comparison_metadata(
             "n",
         ).with_columns(
             pl.Series(
+                "p_value",
+                [p_value_text(p) for p in comparison.rows["p_value"].to_list()],
+                dtype=pl.String,
+            ),
+            pl.Series(
                 "verdict",
                 [row_verdict(row, alpha) or "" for row in comparison.rows.iter_rows(named=True)],
                 dtype=pl.String,
-            )
+            ),
         )
         if comparison.rows.height
         else comparison.rows
     )
-    baseline = comparison.baseline or comparison.candidate
+    # Without a baseline (the suite's first run) the baseline's entries are empty, never the
+    # candidate's own run and digests.
+    baseline = comparison.baseline or {}
     return {
         **table_metadata(comparison.rows, "run_comparisons"),
         "candidate_run_id": candidate_id,
@@ -133,11 +141,11 @@ def comparison_metadata(
         **_measured_in("candidate_dagster_run", comparison.candidate),
         **_measured_in("baseline_dagster_run", baseline),
         "candidate_corpus_digest": comparison.candidate["corpus_digest"],
-        "baseline_corpus_digest": baseline["corpus_digest"],
+        "baseline_corpus_digest": baseline.get("corpus_digest") or "",
         "candidate_golden_digest": comparison.candidate["golden_digest"],
-        "baseline_golden_digest": baseline["golden_digest"],
+        "baseline_golden_digest": baseline.get("golden_digest") or "",
         "candidate_measures_version": measures_of(comparison.candidate),
-        "baseline_measures_version": measures_of(baseline),
+        "baseline_measures_version": measures_of(baseline) if baseline else "",
         "comparable": comparison.comparable,
         "reason": comparison.reason,
         "regression_alpha": alpha,

@@ -73,6 +73,23 @@ def _cell(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def sweep_metadata(recommendation: dict | None) -> dict:
+    """``generation_metrics``' entries for the abstention sweep, from the rule's pick as the
+    warehouse reads it back (``GenerationTables.recommendation``): the threshold it recommends,
+    empty when the pick refuses every answerable item (``summary.recommended_value``), and the
+    summary's lines for it, which say why."""
+    from rag_eval_pipeline.lib.reporting.summary import recommended_value, sweep_lines
+
+    return {
+        "recommended_evidence_threshold": recommended_value(recommendation),
+        "abstention_sweep": dg.MetadataValue.md(
+            "```\n" + "\n".join(sweep_lines(recommendation)) + "\n```"
+            if recommendation
+            else "not measured (no threshold to sweep)"
+        ),
+    }
+
+
 def markdown_headline(frame: pl.DataFrame, key: str, names: tuple[str, ...]) -> str:
     """The headline figures ``names`` of a metric table (``key``, ``value``, ``ci_low``,
     ``ci_high``, ``n``, ``interval_method``) as a markdown table in that order, as the printed

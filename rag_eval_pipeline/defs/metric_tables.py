@@ -12,6 +12,7 @@ from rag_eval_pipeline.defs.metadata import (
     markdown_headline,
     markdown_table,
     provenance,
+    sweep_metadata,
     table_metadata,
 )
 from rag_eval_pipeline.defs.resources import SuiteRegistryResource, WarehouseResource
@@ -20,12 +21,7 @@ from rag_eval_pipeline.lib.judges.calibration import calibrate, load_human_label
 from rag_eval_pipeline.lib.judges.estimates import judge_trust_estimates
 from rag_eval_pipeline.lib.metrics.generation import generation_tables
 from rag_eval_pipeline.lib.metrics.retrieval import retrieval_tables
-from rag_eval_pipeline.lib.reporting.summary import (
-    HEADLINE_GENERATION,
-    HEADLINE_RETRIEVAL,
-    recommended_value,
-    sweep_lines,
-)
+from rag_eval_pipeline.lib.reporting.summary import HEADLINE_GENERATION, HEADLINE_RETRIEVAL
 from rag_eval_pipeline.lib.store.sql import load_sql
 from rag_eval_pipeline.lib.systems.calls import SYSTEM_ERROR
 
@@ -131,7 +127,6 @@ def build_generation_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDe
             calls=store.read_table(run_dir, "system_calls"),
         )
         scope = pl.lit(record.eval_run_id).alias("eval_run_id")
-        recommendation = tables.recommendation()
         for table, frame in (
             ("generation_item_metrics", tables.item_metrics),
             ("generation_metrics", tables.metrics),
@@ -144,13 +139,7 @@ def build_generation_metrics(partitions: dg.PartitionsDefinition) -> dg.AssetsDe
             metadata={
                 **table_metadata(tables.metrics.with_columns(scope), "generation_metrics"),
                 **provenance(record),
-                # None when the rule's pick refuses every answerable item; the lines say why.
-                "recommended_evidence_threshold": recommended_value(recommendation),
-                "abstention_sweep": dg.MetadataValue.md(
-                    "```\n" + "\n".join(sweep_lines(recommendation)) + "\n```"
-                    if recommendation
-                    else "not measured (no threshold to sweep)"
-                ),
+                **sweep_metadata(tables.recommendation()),
                 # The printed summary's generation figures (answerable items), with intervals.
                 "headline": dg.MetadataValue.md(
                     markdown_headline(

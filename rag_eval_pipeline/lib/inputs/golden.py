@@ -138,11 +138,12 @@ def _check_item(record: object, source: str, line: int) -> dict:
     item_id = record["id"]
     if not item_id.strip() or not record["question"].strip():
         raise GoldenSetError(f"{where}: item '{item_id}' has an empty id or question")
-    if not record["language"].strip():
-        # Its figures would be reported under a language scope without a name.
-        raise GoldenSetError(
-            f"{where}: item '{item_id}' has an empty language; write its code (en, de)"
-        )
+    language = record["language"]
+    if not language.strip() or language != language.strip():
+        # Its figures would be reported under a language scope without a name, or beside the
+        # same language's without the spaces.
+        problem = "an empty language" if not language.strip() else f"language {language!r}"
+        raise GoldenSetError(f"{where}: item '{item_id}' has {problem}; write its code (en, de)")
     if record["stratum"] not in STRATA:
         raise GoldenSetError(
             f"{where}: item '{item_id}' has stratum {record['stratum']!r}; "

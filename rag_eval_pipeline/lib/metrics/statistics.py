@@ -75,14 +75,21 @@ def proportion_rate(values: np.ndarray) -> float | None:
     the items bounds their spread but [0, 1] itself, and of the values in [0, 1] with mean p, a
     0/1 outcome varies most (variance p(1 - p)): the Wilson interval of rate p over the n items
     is the honest interval for them, wide for few items and narrowing as they grow."""
+    successes = proportion_successes(values)
+    return None if successes is None else successes / values.size
+
+
+def proportion_successes(values: np.ndarray) -> float | None:
+    """The successes of ``proportion_rate``'s proportion over the ``values.size`` items: the
+    count of ones for 0/1 values (exactly, not the rate times n), p * n for items all at p."""
     if values.size == 0:
         return None
     if bool(np.all((values == 0.0) | (values == 1.0))):
-        return float(np.count_nonzero(values)) / values.size
+        return float(np.count_nonzero(values))
     first = float(values[0])
     if not 0.0 <= first <= 1.0 or not bool(np.all(values == first)):
         return None
-    return first
+    return first * values.size
 
 
 def mean_interval_method(
@@ -128,9 +135,9 @@ def bootstrap_mean_intervals(
         if n == 0:
             intervals.append((None, None))
             continue
-        rate = proportion_rate(values)
-        if rate is not None:
-            intervals.append(wilson_interval(rate * n, n, z))
+        successes = proportion_successes(values)
+        if successes is not None:
+            intervals.append(wilson_interval(successes, n, z))
             continue
         blocks = draws.get(n) or _draws(n, seed=seed, resamples=resamples)
         if n * resamples <= MAX_SHARED_DRAWS:

@@ -14,6 +14,7 @@ digests show where the numbers stop being comparable.
 """
 
 import html
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from rag_eval_pipeline.lib.reporting.summary import (
     HEADLINE_RETRIEVAL,
     NO_ANSWER,
     counted,
+    degenerate_sweep_line,
     gates_heading,
     headline_from_tables,
     in_order,
@@ -159,12 +161,14 @@ def render_charts(data: Mapping) -> dict[str, bytes]:
 
 
 def _unrecommended(data: Mapping) -> str | None:
-    """The sweep chart's line when the rule picked a threshold refusing every answerable item,
-    which is no recommendation (``load_report_data``); None otherwise."""
+    """The sweep chart's subtitle when the rule picked a threshold refusing every answerable
+    item, which is no recommendation (``load_report_data``): the summary's words for it
+    (``degenerate_sweep_line``), wrapped to the chart's width; None otherwise."""
     chosen = data["headline"].get("recommended_threshold")
-    if chosen is None or data["recommended_threshold"] is not None:
+    line = degenerate_sweep_line(chosen) if chosen is not None else None
+    if line is None or data["recommended_threshold"] is not None:
         return None
-    return f"No threshold recommended: the rule's pick refuses all {chosen['answerable_items']} answerable questions"
+    return textwrap.fill("R" + line.removeprefix("Abstention sweep: r"), 84)
 
 
 def report_markdown(data: Mapping, rendered: Mapping[str, bytes] | None = None) -> str:

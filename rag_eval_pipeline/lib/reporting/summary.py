@@ -502,6 +502,14 @@ def baseline_from_tables(
     }
 
 
+def p_value_text(p_value: float | None) -> str | None:
+    """A p-value as the summary and the UI show it: four decimals, or ``<0.0001`` below what
+    four decimals show (never ``0.0000``, a certainty no test gives); None when not measured."""
+    if p_value is None:
+        return None
+    return "<0.0001" if p_value < 0.00005 else f"{p_value:.4f}"
+
+
 def comparison_line(row: Mapping) -> str:
     """One compared metric: both values, the delta with its interval, the p-value and test,
     and ``worse`` or ``better`` when the row has a significant ``verdict``; a metric the two
@@ -514,12 +522,11 @@ def comparison_line(row: Mapping) -> str:
         if row["ci_low"] is not None and row["ci_high"] is not None
         else ""
     )
-    if row["p_value"] is None:
+    shown = p_value_text(row["p_value"])
+    if shown is None:
         p_value = "p not measured"
-    elif row["p_value"] < 0.00005:
-        p_value = "p<0.0001"
     else:
-        p_value = f"p={row['p_value']:.4f}"
+        p_value = f"p{shown}" if shown.startswith("<") else f"p={shown}"
     marked = f"  {row['verdict']}" if row.get("verdict") else ""
     return (
         f"  {row['metric']:<17} {row['candidate_value']:.4f} vs {row['baseline_value']:.4f}  "
