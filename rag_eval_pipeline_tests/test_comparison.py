@@ -1,6 +1,7 @@
 """Pinned comparisons: the real sensor, schedule and jobs on an ephemeral Dagster instance
 holding real materializations of the fixture library."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 
 from rag_eval_pipeline.cli import main
 from rag_eval_pipeline.defs import build_definitions
-from rag_eval_pipeline.defs.resources import ReferenceSystemResource
+from rag_eval_pipeline.defs.resources import EvalSettings, ReferenceSystemResource
 from rag_eval_pipeline.lib.deployment import Deployment
 from rag_eval_pipeline.lib.inputs.corpus import freeze_snapshot
 from rag_eval_pipeline.lib.metrics import MEASURES_VERSION
@@ -305,6 +306,47 @@ def test_the_regression_gate_is_not_assessed_when_the_baseline_is_compared_with_
     assert gate.description == f"not assessed: {reason}"
 
 
+def test_the_rebaseline_run_config_carries_the_baselines_settings():
+    """A baseline measured at cut-offs 1, 5 and 20 (a gate at Success@20) is re-run at them:
+    with the defaults the re-baseline's offsets would mix the settings in, and the gate would
+    fail it before it began. The digests recorded beside the settings are not configuration;
+    a baseline without recorded settings runs with the defaults."""
+    from rag_eval_pipeline.defs.sensors import rebaseline_run_config
+
+    recorded = {
+        "retrieval_depth": 20,
+        "context_k": 5,
+        "cutoffs": [1, 5, 20],
+        "rel_level": 2,
+        "judge_sample_size": 600,
+        "judge_repeats": 1,
+        "seed": 7,
+        "bootstrap_resamples": 1000,
+        "human_labels_digest": "abc",
+        "trace_store_digest": "",
+    }
+    summary = {
+        "eval_run_id": "2026-11-02-aaaaaaaaaaaa",
+        "baseline_system_id": "reference-bm25",
+        "baseline_system_config": json.dumps({"system_id": "reference-bm25", "k1": 1.2}),
+        "baseline_settings": json.dumps(recorded),
+    }
+    config = rebaseline_run_config(summary)
+    assert config["resources"]["settings"]["config"] == {
+        key: value for key, value in recorded.items() if not key.endswith("_digest")
+    }
+    EvalSettings(**config["resources"]["settings"]["config"])  # a valid settings block
+    assert (
+        "settings" not in rebaseline_run_config({**summary, "baseline_settings": "{}"})["resources"]
+    )
+    assert (
+        "settings"
+        not in rebaseline_run_config(
+            {k: v for k, v in summary.items() if k != "baseline_settings"}
+        )["resources"]
+    )
+
+
 def test_the_comparison_page_links_both_runs_and_names_both_golden_digests():
     """``run_comparison``'s ``dagster_run`` is the run that compared: the page also links the
     Dagster runs that measured the candidate and the baseline, and names both golden-set
@@ -385,6 +427,15 @@ def test_rebaseline_stores_the_offset_and_the_comparison_runs(nights, library):
     assert [r.job_name for r in tick.run_requests] == ["rebaseline"]
     request = tick.run_requests[0]
     assert request.tags[REBASELINE_REASON_TAG] == reason
+    # It re-runs the baseline's settings too (its cut-offs, samples, seeds), not the defaults.
+    [(baseline_settings,)] = nights.query(
+        "SELECT settings FROM eval_runs WHERE is_current_baseline"
+    )
+    settings = request.run_config["resources"]["settings"]["config"]
+    assert settings == {
+        key: value for key, value in json.loads(baseline_settings).items() if key in settings
+    }
+    assert set(settings) == set(EvalSettings.model_fields)
     # The rebaseline job re-creates the baseline's system configuration from run config.
     nights.run(
         "2026-11-02",
@@ -752,9 +803,9 @@ def test_a_baseline_measured_with_other_definitions_is_not_compared_until_rebase
     (old,), (new,) = nights.query("SELECT eval_run_id FROM eval_runs ORDER BY partition_date")
     capsys.readouterr()
     assert main(["compare", new, old]) == 1
-    assert capsys.readouterr().out == (
+    assert capsys.readouterr().out.splitlines()[0] == (
         f"{new} against {old}: not comparable: measure definitions {MEASURES_VERSION} "
-        f"(run {new}) differ from unrecorded (run {old})\n"
+        f"(run {new}) differ from unrecorded (run {old})"
     )
     reason = "measure definitions of " + MEASURES_VERSION
     nights.run("2026-10-16", tags={REBASELINE_TAG: "true", REBASELINE_REASON_TAG: reason})

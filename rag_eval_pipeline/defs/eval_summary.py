@@ -48,6 +48,7 @@ def guard_facts(finished: Finished) -> dict:
         "baseline_measures_version": measures_of(baseline) if baseline else "",
         "baseline_system_id": baseline["system_id"] if baseline else "",
         "baseline_system_config": baseline["system_config"] if baseline else "{}",
+        "baseline_settings": (baseline.get("settings") or "{}") if baseline else "{}",
         "comparable_with_baseline": settled.comparable,
         "comparability": settled.reason,
         "rebaseline_requested": bool(run["rebaseline"]),

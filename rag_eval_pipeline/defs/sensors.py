@@ -24,7 +24,11 @@ import dagster as dg
 from rag_eval_pipeline.defs.alerts import alert_not_comparable
 from rag_eval_pipeline.defs.comparison import CANDIDATE_TAG
 from rag_eval_pipeline.defs.partitions import partition_key
-from rag_eval_pipeline.defs.resources import ReferenceSystemResource, WarehouseResource
+from rag_eval_pipeline.defs.resources import (
+    EvalSettings,
+    ReferenceSystemResource,
+    WarehouseResource,
+)
 from rag_eval_pipeline.lib.runs.guard import COMPARE, NOT_COMPARABLE, REBASELINE, guard_decision
 from rag_eval_pipeline.lib.runs.record import (
     REBASELINE_FOR_TAG,
@@ -34,6 +38,7 @@ from rag_eval_pipeline.lib.runs.record import (
 )
 
 REFERENCE_FIELDS = set(ReferenceSystemResource.model_fields)
+SETTING_FIELDS = set(EvalSettings.model_fields)
 # On a run whose comparison guard ``rag-eval nightly`` applies in its own process (the night
 # and the runs that guard launches): the sensor leaves its summary to that process.
 GUARD_TAG = "rag_eval/guard"
@@ -56,7 +61,8 @@ def executed_by_rag_eval(run: dg.DagsterRun) -> bool:
 
 
 def rebaseline_run_config(summary: dict) -> dict:
-    """Run configuration that re-creates the baseline's reference-system configuration."""
+    """Run configuration that re-creates the baseline's reference-system configuration and its
+    settings."""
     stored = json.loads(summary.get("baseline_system_config") or "{}")
     if summary.get("baseline_system_id") not in ("", REFERENCE_SYSTEM_ID):
         raise ValueError(
@@ -66,7 +72,15 @@ def rebaseline_run_config(summary: dict) -> dict:
             " --reason '<what changed>' (the change's own effect is then not measured)"
         )
     system = {key: value for key, value in stored.items() if key in REFERENCE_FIELDS}
-    return {"resources": {"system": {"config": system}}}
+    resources: dict = {"system": {"config": system}}
+    # And its settings (depth, cut-offs, samples, seeds): the whole configuration, so the offsets
+    # are what the corpus, golden set or definitions moved, and a gate at one of its cut-offs is
+    # assessed. A baseline whose settings were not recorded runs with the defaults.
+    recorded = json.loads(summary.get("baseline_settings") or "{}")
+    settings = {key: value for key, value in recorded.items() if key in SETTING_FIELDS}
+    if settings:
+        resources["settings"] = {"config": settings}
+    return {"resources": resources}
 
 
 def guard_requests(summary: dict) -> tuple[list[dg.RunRequest], str]:
