@@ -108,8 +108,8 @@ def failed_attempts(
 
     import dagster as dg
 
+    from rag_eval_pipeline.defs.alerts import failure_reason
     from rag_eval_pipeline.defs.sensors import abandoned_by_its_process
-    from rag_eval_pipeline.lib.runs.failures import step_failure_lines
     from rag_eval_pipeline.lib.runs.record import EVAL_RUN_TAG
 
     os.environ["DAGSTER_HOME"] = home
@@ -161,23 +161,10 @@ def failed_attempts(
             if len(found) == MAX_FAILED_ATTEMPTS:
                 more += 1  # counted, its event log not read
                 continue
-            events = [entry.dagster_event for entry in instance.all_logs(run.run_id)]
-            # No step failed: the run's own failure says why (the sweep's "the process that ran
-            # it ... is gone", an interrupt before any step).
-            why = (
-                "; ".join(step_failure_lines(event for event in events if event))
-                or next(
-                    (
-                        event.message
-                        for event in reversed(events)
-                        if event is not None and event.is_run_failure and event.message
-                    ),
-                    None,
-                )
-                or "failed"
-            )
             if run.status in unfinished:
                 why = f"{gone}; still marked {run.status.value.lower()} until it is swept"
+            else:  # its failed steps, or the message its run failed with (the sweep's)
+                why = failure_reason(instance, run.run_id)
             what = (
                 "a later attempt of this evaluation run"
                 if asked is not None
@@ -202,8 +189,17 @@ def history_mark(row: dict) -> str:
     return accepted + ("R" if row["rebaseline_for"] else " ")
 
 
-def command_history(args: argparse.Namespace) -> int:
+def system_label(run: dict) -> str:
+    """``system <id> <config digest, 12>`` of an ``eval_runs`` row, with ``(version <v>)`` when
+    the system reported one (``summary.system_version``)."""
     from rag_eval_pipeline.lib.reporting.summary import system_version
+
+    version = system_version(run)
+    label = f"system {run['system_id']} {run['system_config_digest'][:12]}"
+    return f"{label} (version {version})" if version else label
+
+
+def command_history(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.runs.record import run_changes
     from rag_eval_pipeline.lib.store.warehouse import read_frame
 
@@ -259,10 +255,7 @@ def command_history(args: argparse.Namespace) -> int:
             night, value, low, n = row["partition_date"], row["value"], row["ci_low"], row["n"]
             # Which system: several on one night (a changed assistant beside the reference)
             # are told apart by it, as rag-eval compare needs, and by the version it reported.
-            system = f"system {row['system_id']} {row['system_config_digest'][:12]}"
-            version = system_version(row)
-            if version:
-                system += f" (version {version})"
+            system = system_label(row)
             if row["status"] != "complete":
                 print(
                     f"{mark} {night}  incomplete ({row['status']}){'':<14} {run_id}  "
@@ -285,7 +278,7 @@ def command_history(args: argparse.Namespace) -> int:
 
 def command_compare(args: argparse.Namespace) -> int:
     from rag_eval_pipeline.lib.metrics.comparison import row_verdict
-    from rag_eval_pipeline.lib.reporting.summary import comparison_line, system_version
+    from rag_eval_pipeline.lib.reporting.summary import comparison_line
     from rag_eval_pipeline.lib.runs.baselines import comparability_noting_judges, compare_runs
     from rag_eval_pipeline.lib.runs.registry import run_row
 
@@ -303,11 +296,7 @@ def command_compare(args: argparse.Namespace) -> int:
         # What was measured on each side, so a change that did not reach the service (the old
         # version still answering) shows before any delta is read.
         for side, run in (("candidate", candidate), ("baseline", baseline)):
-            version = system_version(run)
-            print(
-                f"  {side:<9}  {run['eval_run_id']}  system {run['system_id']} "
-                f"{run['system_config_digest'][:12]}" + (f" (version {version})" if version else "")
-            )
+            print(f"  {side:<9}  {run['eval_run_id']}  {system_label(run)}")
         if candidate["system_config_digest"] == baseline["system_config_digest"]:
             print("  (the same system configuration on both sides)")
         if not comparable:

@@ -23,13 +23,21 @@ from rag_eval_pipeline.lib.store.warehouse import WarehouseUnavailable, read_fra
 WEBHOOK_VARIABLE = "RAG_EVAL_ALERT_WEBHOOK"
 
 
-def failure_reason(instance: dg.DagsterInstance, run_id: str, fallback: str) -> str:
+def failure_reason(instance: dg.DagsterInstance, run_id: str, fallback: str | None = None) -> str:
     """Why a run failed, as ``rag-eval nightly`` says it: its failed steps' lines, or
     ``fallback`` (Dagster's run failure message) when no step failed (a run killed from
-    outside, a run that never started)."""
+    outside, a run that never started); without ``fallback``, the message its run failure was
+    reported with (the abandoned-run sweep's "the process that ran it ... is gone"), else
+    "failed"."""
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     lines = step_failure_lines(r.event_log_entry.dagster_event for r in records.records)
-    return "; ".join(lines) or fallback
+    if lines:
+        return "; ".join(lines)
+    if fallback is not None:
+        return fallback
+    failures = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    messages = [r.event_log_entry.dagster_event.message for r in failures.records]
+    return next((message for message in reversed(messages) if message), "failed")
 
 
 def failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, str]]:

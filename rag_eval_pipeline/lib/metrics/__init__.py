@@ -9,5 +9,5 @@ re-baseline re-runs the baseline's configuration under the new ones.
 """
 
 # 2026-12-07: a mean of 0/1 per-item values is a proportion, with its Wilson interval
-# (``statistics.proportion_rate``): R@k, P@1, RR@1, nDCG@1 of such items read as Success does.
+# (``statistics.proportion_successes``): R@k, P@1, RR@1, nDCG@1 of such items read as Success does.
 MEASURES_VERSION = "2026-12-07"

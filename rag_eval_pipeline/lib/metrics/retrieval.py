@@ -606,7 +606,7 @@ def aggregate(
     that is a proportion (every query 0 or 1: R@k of queries with one relevant passage each, as
     their Success@k) or whose every query scored the same (1/3 for P@3 of one relevant passage
     found), which gets the Wilson interval of that rate over its n queries
-    (``statistics.proportion_rate``); ``interval_method`` says which
+    (``statistics.proportion_successes``); ``interval_method`` says which
     (``wilson95`` or ``bootstrap95``; null without intervals). Every interval contains its
     value (``clamp_interval``), so a perfect or a zero score never has a bound on the wrong side
     of it.

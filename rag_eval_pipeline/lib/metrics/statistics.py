@@ -5,7 +5,7 @@
 - Percentile bootstrap for a mean, seeded, resampling items with replacement; a mean that is a
   proportion (every item 0 or 1: R@5 of questions with one relevant passage each, as Success@5
   of them) or whose items all have the same value (every one 1/3) instead gets the Wilson
-  interval of that rate over its n items (``proportion_rate``, ``mean_interval_method``).
+  interval of that rate over its n items (``proportion_successes``, ``mean_interval_method``).
 
 Every interval contains its point estimate: floating point can put a bound a hair on the wrong
 side of it (a proportion of 1.0 has a Wilson upper bound of 0.9999999999999999), so bounds are
@@ -25,7 +25,7 @@ MAX_SHARED_DRAWS = 8_000_000
 
 def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float | None, float | None]:
     """Wilson score interval; ``(None, None)`` when n is 0. ``successes`` may be fractional
-    (``proportion_rate``: n items all at one rate p count as p * n successes).
+    (``proportion_successes``: n items all at one rate p count as p * n successes).
 
     centre = (p + z^2/2n) / (1 + z^2/n), half-width = z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n).
     """
@@ -60,10 +60,10 @@ def resampled_means(values: np.ndarray, *, seed: int, resamples: int) -> np.ndar
     return means
 
 
-def proportion_rate(values: np.ndarray) -> float | None:
-    """The rate of which the mean of ``values`` (at least one) is a proportion, else None: when
-    every value is 0 or 1, the share of ones; when every value is the same one in [0, 1], that
-    value.
+def proportion_successes(values: np.ndarray) -> float | None:
+    """The successes over the ``values.size`` items (at least one) of which their mean is a
+    proportion, else None: when every value is 0 or 1, the count of ones (exactly, not the mean
+    times n); when every value is the same p in [0, 1], p * n.
 
     A mean of 0/1 outcomes is a proportion, and gets the interval proportions get: R@5 of
     questions with one relevant passage each is, item by item, their Success@5, and carries the
@@ -75,13 +75,6 @@ def proportion_rate(values: np.ndarray) -> float | None:
     the items bounds their spread but [0, 1] itself, and of the values in [0, 1] with mean p, a
     0/1 outcome varies most (variance p(1 - p)): the Wilson interval of rate p over the n items
     is the honest interval for them, wide for few items and narrowing as they grow."""
-    successes = proportion_successes(values)
-    return None if successes is None else successes / values.size
-
-
-def proportion_successes(values: np.ndarray) -> float | None:
-    """The successes of ``proportion_rate``'s proportion over the ``values.size`` items: the
-    count of ones for 0/1 values (exactly, not the rate times n), p * n for items all at p."""
     if values.size == 0:
         return None
     if bool(np.all((values == 0.0) | (values == 1.0))):
@@ -96,10 +89,9 @@ def mean_interval_method(
     values: np.ndarray, bootstrap: str = "bootstrap95", wilson: str = "wilson95"
 ) -> str:
     """The ``interval_method`` of ``bootstrap_mean_interval(values)``: ``wilson`` for items that
-    are a proportion (``proportion_rate``), else ``bootstrap`` (the caller's names)."""
-    return (
-        wilson if proportion_rate(np.asarray(values, dtype=np.float64)) is not None else bootstrap
-    )
+    are a proportion (``proportion_successes``), else ``bootstrap`` (the caller's names)."""
+    values = np.asarray(values, dtype=np.float64)
+    return wilson if proportion_successes(values) is not None else bootstrap
 
 
 def bootstrap_mean_interval(
@@ -109,7 +101,7 @@ def bootstrap_mean_interval(
 
     ``(None, None)`` when there are no values. Items all of one value p in [0, 1] (all 1.0, all
     0.0, all 1/3; one item alone) get the Wilson interval of rate p over their n items
-    (``proportion_rate``: a bootstrap of them has zero width), and so do items all 0 or 1, a
+    (``proportion_successes``: a bootstrap of them has zero width), and so do items all 0 or 1, a
     proportion (its Wilson interval).
     """
     return bootstrap_mean_intervals([values], seed=seed, resamples=resamples, level=level)[0]

@@ -166,9 +166,7 @@ def _unrecommended(data: Mapping) -> str | None:
     (``degenerate_sweep_line``), wrapped to the chart's width; None otherwise."""
     chosen = data["headline"].get("recommended_threshold")
     line = degenerate_sweep_line(chosen) if chosen is not None else None
-    if line is None or data["recommended_threshold"] is not None:
-        return None
-    return textwrap.fill("R" + line.removeprefix("Abstention sweep: r"), 84)
+    return textwrap.fill("R" + line.removeprefix("Abstention sweep: r"), 84) if line else None
 
 
 def report_markdown(data: Mapping, rendered: Mapping[str, bytes] | None = None) -> str:

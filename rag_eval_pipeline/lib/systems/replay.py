@@ -51,9 +51,8 @@ class ReplaySystem:
     ):
         self.path = Path(path)
         self.traces = load_traces(self.path)
-        for row in self.traces.select("line", "retrieved", "answer", "refused").iter_rows(
-            named=True
-        ):
+        self._rows = self.traces.to_dicts()
+        for row in self._rows:
             check_scored_trace(row, trace_location(self.path, row["line"]))
         self.trace_digest = trace_file_digest(self.path)
         if passages is not None:
@@ -61,7 +60,6 @@ class ReplaySystem:
             if "corpus_digest" in passages.columns and not allow_corpus_mismatch:
                 for corpus_digest in passages["corpus_digest"].unique().to_list():
                     self.check_corpus(corpus_digest)
-        self._rows = self.traces.to_dicts()
         self._by_item = {row["item_id"]: row for row in self._rows if row["item_id"]}
         self._by_question: dict[str, list[dict]] = {}
         for row in self._rows:
